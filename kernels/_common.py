@@ -1,0 +1,110 @@
+"""Checks and helpers shared by the kernel launchers (torch only, no Triton)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: dtypes the kernels compute in (fp32 accumulation inside for all of them).
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+#: Longest row (elements) the single-block row kernels (norms) take.
+MAX_NORM_ROW = 65536
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels on the CPU through its interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_device(op: str, name: str, t: torch.Tensor) -> None:
+    if t.device.type == "cuda":
+        return
+    if t.device.type == "cpu" and interpreting():
+        return
+    allowed = "a CUDA tensor" + (" (or a CPU tensor under TRITON_INTERPRET=1)")
+    raise ValueError(f"{op}: {name} must be {allowed}, got a tensor on {t.device}")
+
+
+def check_float(op: str, name: str, t: torch.Tensor, dtypes=FLOAT_DTYPES) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_device(op, name, t)
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"{op}: {name} must have dtype in ({names}), got {t.dtype}")
+
+
+def check_same_device(op: str, ref_name: str, ref: torch.Tensor, name: str, t: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{op}: {name} is on {t.device} but {ref_name} is on {ref.device}; both must be on one device")
+
+
+def check_target(op: str, target: torch.Tensor, rows: int, ref: torch.Tensor) -> None:
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{op}: target must be a torch.Tensor, got {type(target).__name__}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{op}: target must have dtype int64 or int32 (class indices), got {target.dtype}")
+    check_same_device(op, "the input", ref, "target", target)
+    if target.numel() != rows:
+        raise ValueError(f"{op}: target must hold one class index per row ({rows}), got shape {tuple(target.shape)}")
+
+
+def check_reduction(op: str, reduction: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def check_norm_weight(op: str, name: str, w: torch.Tensor, x: torch.Tensor) -> None:
+    check_float(op, name, w)
+    check_same_device(op, "x", x, name, w)
+    if w.dim() != 1 or w.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"{op}: {name} must have shape ({x.shape[-1]},) to match the last dim of x {tuple(x.shape)}, "
+            f"got {tuple(w.shape)}"
+        )
+
+
+def check_row_len(op: str, n: int, limit: int = MAX_NORM_ROW) -> None:
+    if n > limit:
+        raise ValueError(f"{op}: the last dim of x is {n}; at most {limit} elements per row are supported")
+
+
+def rows_of(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous (rows, last_dim) view of t (copies only when t is not contiguous)."""
+    return t.contiguous().view(-1, t.shape[-1]) if t.dim() > 0 else t.contiguous().view(1, 1)
+
+
+def warps_for(block: int) -> int:
+    """Warps per program for a row block of `block` elements."""
+    if block >= 16384:
+        return 16
+    if block >= 4096:
+        return 8
+    if block >= 1024:
+        return 4
+    return 2
+
+
+def program_count(device: torch.device, rows: int) -> int:
+    """Programs for a persistent grid: a few per multiprocessor on CUDA, a handful interpreted."""
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, min(rows, sms * 4))
+    return max(1, min(rows, 4))
+
+
+def tracing_interpreted(t: torch.Tensor) -> bool:
+    """True when t is a fake (tracing) tensor and the kernels run interpreted.
+
+    Compiled kernels are traced by torch.library.wrap_triton, but under TRITON_INTERPRET=1
+    wrap_triton hands back the raw interpreted kernel, which would read a fake tensor's data.
+    The launchers then skip the launch: tracing needs only the outputs' shapes and dtypes.
+    """
+    if not interpreting():
+        return False
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, (FakeTensor, FunctionalTensor))

@@ -1,0 +1,78 @@
+"""GELU with the tanh approximation, forward and backward as flat elementwise Triton kernels.
+
+y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). tanh(u) is computed as
+2 sigmoid(2u) - 1, which stays finite for large |u|. The backward recomputes u from x.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from kernels import _common
+
+_BLOCK = 4096
+
+
+@triton.jit
+def _gelu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    t = 2.0 * tl.sigmoid(2.0 * u) - 1.0
+    tl.store(y_ptr + offs, (0.5 * x * (1.0 + t)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gelu_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    t = 2.0 * tl.sigmoid(2.0 * u) - 1.0
+    du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    grad = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
+    tl.store(dx_ptr + offs, (dy * grad).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton_op("gputune::gelu_tanh", mutates_args={})
+def _gelu_op(x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n > 0 and not _common.tracing_interpreted(x):
+        wrap_triton(_gelu_fwd_kernel)[(triton.cdiv(n, _BLOCK),)](x, y, n, BLOCK=_BLOCK, num_warps=8)
+    return y
+
+
+@triton_op("gputune::gelu_tanh_backward", mutates_args={})
+def _gelu_backward_op(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
+    x = x.contiguous()
+    dx = torch.empty_like(x)
+    n = x.numel()
+    if n > 0 and not _common.tracing_interpreted(x):
+        wrap_triton(_gelu_bwd_kernel)[(triton.cdiv(n, _BLOCK),)](dy, x, dx, n, BLOCK=_BLOCK, num_warps=8)
+    return dx
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return _gelu_backward_op(dy, x)
+
+
+_gelu_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU with the tanh approximation (torch's gelu(approximate='tanh'))."""
+    _common.check_float("gelu_tanh", "x", x)
+    return _gelu_op(x)

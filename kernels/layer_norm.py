@@ -1,0 +1,144 @@
+"""LayerNorm over the last dim: forward and backward Triton kernels with weight and bias grads.
+
+The forward keeps one row per program in registers and saves the row's mean and 1/std (fp32).
+The backward runs a persistent grid: each program walks rows ``pid, pid + P, ...``, writes dx
+for each, and sums its share of dweight and dbias in fp32 registers; the P partial sums are
+added by one small torch reduction. x, dy and dx cross device memory once each.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from kernels import _common
+
+
+@triton.jit
+def _layer_norm_fwd_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols, eps,
+    HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(mask, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = xc * rstd * w
+    if HAS_BIAS:
+        y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _layer_norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
+    n_rows, n_cols, n_programs,
+    HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK], dtype=tl.float32)
+    db = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(pid, n_rows, n_programs):
+        off = tl.cast(row, tl.int64) * n_cols + cols
+        x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        wdy = dy * w
+        c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+        c2 = tl.sum(wdy, axis=0) / n_cols
+        dx = (wdy - (xhat * c1 + c2)) * rstd
+        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        if HAS_BIAS:
+            db += dy
+    tl.store(dw_part_ptr + pid * n_cols + cols, dw, mask=mask)
+    if HAS_BIAS:
+        tl.store(db_part_ptr + pid * n_cols + cols, db, mask=mask)
+
+
+@triton_op("gputune::layer_norm", mutates_args={})
+def _layer_norm_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x2 = _common.rows_of(x)
+    rows, n_cols = x2.shape
+    y = torch.empty_like(x2)
+    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows > 0 and not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(n_cols)
+        has_bias = bias is not None
+        wrap_triton(_layer_norm_fwd_kernel)[(rows,)](
+            x2, weight.contiguous(), bias.contiguous() if has_bias else weight, y, mean, rstd, n_cols, eps,
+            HAS_BIAS=has_bias, BLOCK=block, num_warps=_common.warps_for(block),
+        )
+    return y.view(x.shape), mean, rstd
+
+
+@triton_op("gputune::layer_norm_backward", mutates_args={})
+def _layer_norm_backward_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+    has_bias: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x2 = _common.rows_of(x)
+    dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
+    rows, n_cols = x2.shape
+    dx = torch.empty_like(x2)
+    programs = _common.program_count(x.device, rows) if rows > 0 else 1
+    dw_part = torch.zeros((programs, n_cols), dtype=torch.float32, device=x.device)
+    db_part = torch.zeros((programs if has_bias else 1, n_cols), dtype=torch.float32, device=x.device)
+    if rows > 0 and not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(n_cols)
+        wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
+            dy2, x2, weight.contiguous(), mean, rstd, dx, dw_part, db_part, rows, n_cols, programs,
+            HAS_BIAS=has_bias, BLOCK=block, num_warps=_common.warps_for(block),
+        )
+    dw = dw_part.sum(0).to(weight.dtype)
+    db = db_part.sum(0).to(weight.dtype) if has_bias else weight.new_empty(0)
+    return dx.view(x.shape), dw, db
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
+    ctx.has_bias = bias is not None
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+
+
+def _backward(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = _layer_norm_backward_op(dy, x, weight, mean, rstd, ctx.has_bias)
+    return dx, dw, (db.to(ctx.bias_dtype) if ctx.has_bias else None), None
+
+
+_layer_norm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """LayerNorm of x over its last dim: (x - mean) / sqrt(var + eps) * weight (+ bias)."""
+    _common.check_float("layer_norm", "x", x)
+    if x.dim() == 0:
+        raise ValueError("layer_norm: x must have at least one dim, got a 0-dim tensor")
+    _common.check_norm_weight("layer_norm", "weight", weight, x)
+    if bias is not None:
+        _common.check_norm_weight("layer_norm", "bias", bias, x)
+    _common.check_row_len("layer_norm", x.shape[-1])
+    return _layer_norm_op(x, weight, bias, float(eps))[0]

@@ -1,0 +1,109 @@
+"""RMSNorm over the last dim: forward and backward Triton kernels with the weight grad.
+
+y = x / sqrt(mean(x^2) + eps) * weight. The forward keeps one row per program in registers
+and saves 1/rms (fp32). The backward runs a persistent grid: each program walks rows
+``pid, pid + P, ...``, writes dx and sums its share of dweight in fp32 registers; one small
+torch reduction adds the P partial sums.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from kernels import _common
+
+
+@triton.jit
+def _rms_norm_fwd_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(rstd_ptr + row, rstd)
+
+
+@triton.jit
+def _rms_norm_bwd_kernel(
+    dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, dw_part_ptr, n_rows, n_cols, n_programs,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(pid, n_rows, n_programs):
+        off = tl.cast(row, tl.int64) * n_cols + cols
+        x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = x * rstd
+        wdy = dy * w
+        c = tl.sum(xhat * wdy, axis=0) / n_cols
+        dx = (wdy - xhat * c) * rstd
+        tl.store(dx_ptr + off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+    tl.store(dw_part_ptr + pid * n_cols + cols, dw, mask=mask)
+
+
+@triton_op("gputune::rms_norm", mutates_args={})
+def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    x2 = _common.rows_of(x)
+    rows, n_cols = x2.shape
+    y = torch.empty_like(x2)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows > 0 and not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(n_cols)
+        wrap_triton(_rms_norm_fwd_kernel)[(rows,)](
+            x2, weight.contiguous(), y, rstd, n_cols, eps, BLOCK=block, num_warps=_common.warps_for(block)
+        )
+    return y.view(x.shape), rstd
+
+
+@triton_op("gputune::rms_norm_backward", mutates_args={})
+def _rms_norm_backward_op(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x2 = _common.rows_of(x)
+    dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
+    rows, n_cols = x2.shape
+    dx = torch.empty_like(x2)
+    programs = _common.program_count(x.device, rows) if rows > 0 else 1
+    dw_part = torch.zeros((programs, n_cols), dtype=torch.float32, device=x.device)
+    if rows > 0 and not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(n_cols)
+        wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
+            dy2, x2, weight.contiguous(), rstd, dx, dw_part, rows, n_cols, programs,
+            BLOCK=block, num_warps=_common.warps_for(block),
+        )
+    return dx.view(x.shape), dw_part.sum(0).to(weight.dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = _rms_norm_backward_op(dy, x, weight, rstd)
+    return dx, dw, None
+
+
+_rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm of x over its last dim: x / sqrt(mean(x^2) + eps) * weight."""
+    _common.check_float("rms_norm", "x", x)
+    if x.dim() == 0:
+        raise ValueError("rms_norm: x must have at least one dim, got a 0-dim tensor")
+    _common.check_norm_weight("rms_norm", "weight", weight, x)
+    _common.check_row_len("rms_norm", x.shape[-1])
+    return _rms_norm_op(x, weight, float(eps))[0]

@@ -1,0 +1,89 @@
+"""SwiGLU gate: silu(a) * b, forward and backward as flat elementwise Triton kernels.
+
+The backward recomputes sigmoid(a) from a instead of saving it, so the forward saves nothing
+new: it reads a, b and writes y; the backward reads a, b, dy and writes da, db.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+from kernels import _common
+
+_BLOCK = 4096
+
+
+@triton.jit
+def _swiglu_fwd_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = a * tl.sigmoid(a) * b
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(a)
+    silu = a * sig
+    # d silu / da = sig * (1 + a * (1 - sig))
+    da = dy * b * sig * (1.0 + a * (1.0 - sig))
+    tl.store(da_ptr + offs, da.to(da_ptr.dtype.element_ty), mask=mask)
+    tl.store(db_ptr + offs, (dy * silu).to(db_ptr.dtype.element_ty), mask=mask)
+
+
+@triton_op("gputune::swiglu", mutates_args={})
+def _swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a = a.contiguous()
+    b = b.contiguous()
+    y = torch.empty_like(a)
+    n = a.numel()
+    if n > 0 and not _common.tracing_interpreted(a):
+        wrap_triton(_swiglu_fwd_kernel)[(triton.cdiv(n, _BLOCK),)](a, b, y, n, BLOCK=_BLOCK, num_warps=8)
+    return y
+
+
+@triton_op("gputune::swiglu_backward", mutates_args={})
+def _swiglu_backward_op(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
+    a = a.contiguous()
+    b = b.contiguous()
+    da = torch.empty_like(a)
+    db = torch.empty_like(b)
+    n = a.numel()
+    if n > 0 and not _common.tracing_interpreted(a):
+        wrap_triton(_swiglu_bwd_kernel)[(triton.cdiv(n, _BLOCK),)](dy, a, b, da, db, n, BLOCK=_BLOCK, num_warps=8)
+    return da, db
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, dy):
+    a, b = ctx.saved_tensors
+    return _swiglu_backward_op(dy, a, b)
+
+
+_swiglu_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """silu(a) * b elementwise (fp32 inside; output in a's dtype)."""
+    _common.check_float("swiglu", "a", a)
+    _common.check_float("swiglu", "b", b)
+    _common.check_same_device("swiglu", "a", a, "b", b)
+    if a.shape != b.shape:
+        raise ValueError(f"swiglu: a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"swiglu: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    return _swiglu_op(a, b)
