@@ -1,0 +1,307 @@
+"""`TuneConfig`: one validated, immutable choice for every option in the registry.
+
+Torch-free, so the dashboard can hold and edit configurations. Files written by
+`gputune bench`, `gputune tune` and the dashboard's export share one layout:
+
+    [config]          the options (flat keys, see strategies/registry.py)
+    [measured]        optional: the figures measured for this configuration
+    [environment]     optional: GPU, driver, torch, triton, ... where they were measured
+
+TOML is read with tomllib and written with tomli_w; JSON holds the same three objects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from strategies.registry import OPTIONS, RULES, STRATEGIES, Capabilities, Option, option_unavailable
+
+
+class ConfigError(ValueError):
+    """A configuration or configuration file that cannot be used; the message is one line for the
+    user, naming the problem and the allowed values."""
+
+
+def _coerce(option: Option, value: Any) -> Any:
+    """Check one value against its option and return it in canonical form."""
+    allowed = option.describe_allowed()
+    if option.kind == "choice":
+        if value not in option.choices:
+            raise ConfigError(f"{option.key} = {value!r} is not allowed: {allowed}")
+        return value
+    if option.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+        return value
+    if option.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+        if option.minimum is not None and value < option.minimum:
+            raise ConfigError(f"{option.key} = {value} is out of range: {allowed}")
+        return value
+    if option.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+        if not math.isfinite(value) or (option.minimum is not None and value < option.minimum):
+            raise ConfigError(f"{option.key} = {value} is out of range: {allowed}")
+        return float(value)
+    if option.kind == "set":
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+        for item in value:
+            if item not in option.choices:
+                raise ConfigError(f"{option.key} contains {item!r}, which is not allowed: {allowed}")
+        # Canonical order = registry order, so equal sets compare and hash equal.
+        return tuple(c for c in option.choices if c in set(value))
+    raise AssertionError(option.kind)
+
+
+def parse_value(option: Option, text: str) -> Any:
+    """Turn a command-line string (`--set key=value`) into a value of the option's kind."""
+    if option.kind == "bool":
+        lowered = text.lower()
+        if lowered in ("true", "on", "yes", "1"):
+            return True
+        if lowered in ("false", "off", "no", "0"):
+            return False
+        return text
+    if option.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    if option.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if option.kind == "set":
+        return tuple(t.strip() for t in text.split(",") if t.strip())
+    return text
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One value for every registered option. Build with `TuneConfig.from_dict`, change with
+    `replace`; every path validates each value against the registry."""
+
+    values: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        given = dict(self.values)
+        unknown = sorted(set(given) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(
+                f"unknown option {unknown[0]!r}: allowed options are " + ", ".join(OPTIONS)
+            )
+        canonical = {
+            key: _coerce(option, given[key]) if key in given else option.default
+            for key, option in OPTIONS.items()
+        }
+        for rule in RULES:
+            problem = rule(canonical)
+            if problem:
+                raise ConfigError(problem)
+        object.__setattr__(self, "values", tuple(canonical.items()))
+
+    # -- access -------------------------------------------------------------------------------
+    def __getattr__(self, key: str) -> Any:
+        # Only called for names that are not real attributes: the option keys.
+        if key.startswith("__"):
+            raise AttributeError(key)
+        for name, value in object.__getattribute__(self, "values"):
+            if name == key:
+                return value
+        raise AttributeError(f"TuneConfig has no option {key!r}")
+
+    def __getitem__(self, key: str) -> Any:
+        return dict(self.values)[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.values}
+
+    def changed(self) -> dict[str, Any]:
+        """The options that differ from their defaults."""
+        return {k: v for k, v in self.to_dict().items() if v != _plain(OPTIONS[k].default)}
+
+    def replace(self, **changes: Any) -> "TuneConfig":
+        merged = dict(self.values)
+        merged.update(changes)
+        return TuneConfig(tuple(merged.items()))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TuneConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a configuration must be a table of options, not {type(data).__name__}")
+        return cls(tuple(data.items()))
+
+    def label(self) -> str:
+        """A short human name, e.g. 'bf16 + compile(default) + sdpa + fused AdamW'."""
+        parts = [self.precision]
+        if self.attention != OPTIONS["attention"].default:
+            parts.append(self.attention)
+        if self.fused_kernels:
+            parts.append("kernels(" + ",".join(self.fused_kernels) + ")")
+        if self.checkpointing != "off":
+            every = f"/{self.checkpoint_every}" if self.checkpointing == "every-n" else ""
+            parts.append(f"ckpt {self.checkpointing}{every}")
+        if self.compile_mode != "off":
+            extra = ",fullgraph" if self.compile_fullgraph else ""
+            extra += ",per-block" if self.compile_scope == "block" else ""
+            parts.append(f"compile({self.compile_mode}{extra})")
+        if self.optimizer != "plain":
+            parts.append(f"{self.optimizer} AdamW")
+        if self.batch_size:
+            parts.append(f"batch {self.batch_size}")
+        if self.grad_clip != OPTIONS["grad_clip"].default:
+            parts.append(f"clip {self.grad_clip:g}")
+        return " + ".join(parts)
+
+    def check_runnable(self, caps: Capabilities) -> None:
+        """Raise ConfigError naming the option and the device if this machine cannot run it."""
+        for key, value in self.values:
+            problem = option_unavailable(OPTIONS[key], value, caps)
+            if problem:
+                raise ConfigError(problem)
+
+    # -- the autocast helper users call in their own loops -------------------------------------
+    def autocast(self, device_type: str | None = None):
+        """`with cfg.autocast():` around the forward pass; a no-op for fp32/tf32."""
+        from strategies.precision import autocast_context
+
+        return autocast_context(self, device_type)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def strategy_of(key: str) -> str:
+    for strategy in STRATEGIES:
+        if any(o.key == key for o in strategy.options):
+            return strategy.name
+    raise KeyError(key)
+
+
+# -- files ----------------------------------------------------------------------------------------
+FORMATS = ("toml", "json")
+
+
+def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
+    fmt = fmt or Path(path).suffix.lstrip(".").lower() or "toml"
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown file format {fmt!r} for {path}: allowed formats are toml, json")
+    return fmt
+
+
+@dataclass(frozen=True)
+class ExportedConfig:
+    """What an exported file holds: the configuration and, if known, where and how fast it ran."""
+
+    config: TuneConfig
+    measured: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    workload: str = ""
+
+    def to_document(self) -> dict:
+        doc: dict[str, Any] = {"config": self.config.to_dict()}
+        if self.workload:
+            doc["workload"] = self.workload
+        if self.measured:
+            doc["measured"] = _drop_none(self.measured)
+        if self.environment:
+            doc["environment"] = _drop_none(self.environment)
+        return doc
+
+
+def _drop_none(d: Mapping) -> dict:
+    # TOML has no null; leave unknown figures out rather than invent a value.
+    out = {}
+    for k, v in d.items():
+        if v is None:
+            continue
+        out[k] = _drop_none(v) if isinstance(v, Mapping) else v
+    return out
+
+
+def save(
+    config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str | None = None
+) -> Path:
+    """Write the configuration atomically (temporary file, then rename): an existing file is
+    never left half-written."""
+    exported = config if isinstance(config, ExportedConfig) else ExportedConfig(config)
+    path = Path(path)
+    fmt = format_of(path, fmt)
+    doc = exported.to_document()
+    if fmt == "toml":
+        import tomli_w
+
+        text = tomli_w.dumps(doc)
+    else:
+        text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def read(path: str | os.PathLike) -> ExportedConfig:
+    """Read a file written by `save` (or by hand). Raises ConfigError with one line."""
+    path = Path(path)
+    fmt = format_of(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+        doc = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path} is not valid {fmt.upper()}: {detail}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path} must hold a table with a [config] section")
+    allowed_sections = {"config", "measured", "environment", "workload"}
+    unknown = sorted(set(doc) - allowed_sections)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown section {unknown[0]!r}: allowed sections are config, measured, "
+            "environment, workload"
+        )
+    if "config" not in doc:
+        raise ConfigError(f"{path} has no [config] section")
+    try:
+        config = TuneConfig.from_dict(doc["config"])
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    measured = doc.get("measured", {})
+    environment = doc.get("environment", {})
+    workload = doc.get("workload", "")
+    if not isinstance(measured, dict) or not isinstance(environment, dict):
+        raise ConfigError(f"{path}: [measured] and [environment] must be tables")
+    if not isinstance(workload, str):
+        raise ConfigError(f"{path}: workload must be a string such as 'gpt2-124m'")
+    return ExportedConfig(config, measured, environment, workload)
+
+
+def load(path: str | os.PathLike) -> TuneConfig:
+    """Read only the configuration from an exported file."""
+    return read(path).config

@@ -1,0 +1,139 @@
+"""Fused Triton kernels: swap modules for ones that call gputune's kernels.
+
+Recognised on any model: `nn.LayerNorm`, `nn.RMSNorm` and RMSNorm-like modules (a `weight`
+and an `eps` or `variance_epsilon`, class name ending in RMSNorm, such as Hugging Face's
+LlamaRMSNorm), `nn.GELU(approximate="tanh")`, and any module carrying a `gputune_kernel`
+attribute that names a kernel (gputune's built-in models mark their causal softmax, SwiGLU
+product and LM-head loss this way). Parameters are shared with the replaced module, so an
+optimizer built before or after the swap sees the same tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from strategies.config import ConfigError
+
+
+class FusedLayerNorm(nn.Module):
+    def __init__(self, source: nn.LayerNorm) -> None:
+        super().__init__()
+        self.weight, self.bias, self.eps = source.weight, source.bias, source.eps
+
+    def forward(self, x):
+        import kernels
+
+        return kernels.layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class FusedRMSNorm(nn.Module):
+    def __init__(self, source: nn.Module) -> None:
+        super().__init__()
+        self.weight = source.weight
+        eps = getattr(source, "eps", None)
+        if eps is None:
+            eps = getattr(source, "variance_epsilon", None)
+        self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
+
+    def forward(self, x):
+        import kernels
+
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+class FusedGeluTanh(nn.Module):
+    def forward(self, x):
+        import kernels
+
+        return kernels.gelu_tanh(x)
+
+
+class FusedSiluMul(nn.Module):
+    def forward(self, gate, up):
+        import kernels
+
+        return kernels.swiglu(gate, up)
+
+
+class FusedCausalSoftmax(nn.Module):
+    def forward(self, scores, scale):
+        import kernels
+
+        return kernels.causal_softmax(scores, scale)
+
+
+class FusedLinearCrossEntropy(nn.Module):
+    """hidden @ weight.T then cross-entropy, chunked: the full logits never exist."""
+
+    def forward(self, hidden, weight, targets):
+        import kernels
+
+        return kernels.fused_linear_cross_entropy(hidden, weight, targets)
+
+
+class LinearThenFusedCrossEntropy(nn.Module):
+    """The logits are built by a matmul; only the cross-entropy is the fused kernel."""
+
+    def forward(self, hidden, weight, targets):
+        import kernels
+
+        return kernels.cross_entropy(hidden @ weight.t(), targets)
+
+
+def _is_rms_norm(m: nn.Module) -> bool:
+    if isinstance(m, nn.RMSNorm):
+        return m.weight is not None
+    return (
+        type(m).__name__.endswith("RMSNorm")
+        and isinstance(getattr(m, "weight", None), nn.Parameter)
+        and (hasattr(m, "eps") or hasattr(m, "variance_epsilon"))
+    )
+
+
+def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module] | None:
+    """The (kernel name, new module) for `module`, or None to leave it."""
+    marker = getattr(type(module), "gputune_kernel", None)
+    if marker == "causal_softmax" and "causal_softmax" in chosen:
+        return "causal_softmax", FusedCausalSoftmax()
+    if marker == "swiglu" and "swiglu" in chosen:
+        return "swiglu", FusedSiluMul()
+    if marker == "linear_cross_entropy":
+        if "linear_cross_entropy" in chosen:
+            return "linear_cross_entropy", FusedLinearCrossEntropy()
+        if "cross_entropy" in chosen:
+            return "cross_entropy", LinearThenFusedCrossEntropy()
+    if isinstance(module, nn.LayerNorm) and "layer_norm" in chosen and module.weight is not None:
+        return "layer_norm", FusedLayerNorm(module)
+    if "rms_norm" in chosen and _is_rms_norm(module):
+        return "rms_norm", FusedRMSNorm(module)
+    if isinstance(module, nn.GELU) and module.approximate == "tanh" and "gelu" in chosen:
+        return "gelu", FusedGeluTanh()
+    return None
+
+
+def swap_modules(model: nn.Module, chosen: set[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            found = replacement_for(child, chosen)
+            if found:
+                kernel, new = found
+                setattr(parent, name, new)
+                counts[kernel] = counts.get(kernel, 0) + 1
+    return counts
+
+
+def apply(run, config) -> None:
+    chosen = set(config.fused_kernels)
+    if not chosen:
+        run.report["fused_kernels"] = {}
+        return
+    import kernels
+
+    ok, reason = kernels.available()
+    if not ok:
+        raise ConfigError(f"fused_kernels = [{', '.join(config.fused_kernels)}] cannot run: {reason}")
+    counts = swap_modules(run.model, chosen)
+    # Say what was asked for but not found, so a user sees why a kernel made no difference.
+    run.report["fused_kernels"] = {k: counts.get(k, 0) for k in config.fused_kernels}

@@ -1,0 +1,293 @@
+"""The description of every option gputune can tune, as plain data.
+
+This module imports no torch: the dashboard builds its toggles from it, the CLI builds its
+error messages from it, and the configuration validates against it. Each strategy lives in its
+own module (named by `Strategy.module`) that exposes `apply(run, config)`; the order of
+`STRATEGIES` is the order in which `strategies.apply()` composes them (as torchtitan does:
+precision, kernel swap, activation checkpointing, compile, optimizer).
+
+Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, and add one
+`Strategy(...)` line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Names of the kernels in `kernels/` that the fused-kernels strategy can swap in. Kept here as
+# data (not imported from kernels/) so that the registry stays free of torch and triton.
+FUSED_KERNEL_CHOICES = (
+    "causal_softmax",
+    "layer_norm",
+    "rms_norm",
+    "cross_entropy",
+    "linear_cross_entropy",
+    "swiglu",
+    "gelu",
+)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One tunable setting."""
+
+    key: str
+    """Flat, unique name: the TOML key, the CLI flag (`--set key=value`) and the widget id."""
+    kind: str
+    """One of "choice", "bool", "int", "float", "set" (a subset of `choices`)."""
+    default: Any
+    help: str
+    """One line shown beside the widget and in error messages."""
+    choices: tuple = ()
+    minimum: float | None = None
+    """Smallest allowed value for "int" and "float" options."""
+    requires: tuple[str, ...] = ()
+    """Capabilities the option needs whenever it is not at its default (see `Capabilities`)."""
+    choice_requires: dict = field(default_factory=dict)
+    """Capabilities needed by particular choices, e.g. {"fp16": ("cuda",)}."""
+    label: str = ""
+
+    def describe_allowed(self) -> str:
+        if self.kind == "choice":
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.kind == "set":
+            return "a list drawn from " + ", ".join(self.choices)
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "int":
+            return f"an integer >= {int(self.minimum)}" if self.minimum is not None else "an integer"
+        if self.kind == "float":
+            return f"a number >= {self.minimum}" if self.minimum is not None else "a number"
+        raise AssertionError(self.kind)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A family of options applied together by one module."""
+
+    name: str
+    module: str | None
+    """Dotted module path holding `apply(run, config)`, imported only when applied; None for
+    options that the training loop reads itself (batch size)."""
+    options: tuple[Option, ...]
+    help: str
+
+
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy(
+        "precision",
+        "strategies.precision",
+        help="Numeric precision of matmuls and activations.",
+        options=(
+            Option(
+                "precision",
+                "choice",
+                "fp32",
+                "fp32: full precision; tf32: tensor-core fp32 matmuls; bf16/fp16: autocast "
+                "(fp16 adds a GradScaler)",
+                choices=("fp32", "tf32", "bf16", "fp16"),
+                choice_requires={"tf32": ("cuda",), "bf16": ("bf16",), "fp16": ("cuda",)},
+                label="Precision",
+            ),
+            Option(
+                "grad_clip",
+                "float",
+                1.0,
+                "Clip the global gradient norm to this value (0 turns clipping off)",
+                minimum=0.0,
+                label="Gradient clip",
+            ),
+        ),
+    ),
+    Strategy(
+        "attention",
+        "strategies.attention",
+        help="How attention is computed in the built-in models.",
+        options=(
+            Option(
+                "attention",
+                "choice",
+                "manual",
+                "manual: matmul + masked softmax (what fused causal_softmax speeds up); "
+                "sdpa: torch's scaled_dot_product_attention (flash attention on GPUs)",
+                choices=("manual", "sdpa"),
+                label="Attention",
+            ),
+        ),
+    ),
+    Strategy(
+        "fused_kernels",
+        "strategies.fused_kernels",
+        help="Swap modules and functions for gputune's fused Triton kernels.",
+        options=(
+            Option(
+                "fused_kernels",
+                "set",
+                (),
+                "Triton kernels to swap in (norms, activations, softmax, losses)",
+                choices=FUSED_KERNEL_CHOICES,
+                requires=("triton",),
+                label="Fused kernels",
+            ),
+        ),
+    ),
+    Strategy(
+        "checkpointing",
+        "strategies.checkpointing",
+        help="Recompute activations in the backward pass to save memory.",
+        options=(
+            Option(
+                "checkpointing",
+                "choice",
+                "off",
+                "off; full: every block; every-n: every n-th block; selective: keep matmul and "
+                "attention outputs, recompute the cheap ops",
+                choices=("off", "full", "every-n", "selective"),
+                label="Checkpointing",
+            ),
+            Option(
+                "checkpoint_every",
+                "int",
+                2,
+                "With checkpointing = every-n: checkpoint one block in this many",
+                minimum=1,
+                label="Checkpoint every",
+            ),
+        ),
+    ),
+    Strategy(
+        "compile",
+        "strategies.compile",
+        help="torch.compile of the whole model or of each block.",
+        options=(
+            Option(
+                "compile_mode",
+                "choice",
+                "off",
+                "torch.compile mode; off runs eagerly",
+                choices=(
+                    "off",
+                    "default",
+                    "reduce-overhead",
+                    "max-autotune",
+                    "max-autotune-no-cudagraphs",
+                ),
+                choice_requires={"reduce-overhead": ("cuda",), "max-autotune": ("cuda",)},
+                label="Compile mode",
+            ),
+            Option(
+                "compile_fullgraph",
+                "bool",
+                False,
+                "Fail on any graph break instead of falling back to eager for that part",
+                label="Full graph",
+            ),
+            Option(
+                "compile_scope",
+                "choice",
+                "model",
+                "model: one graph for the whole model; block: compile each repeated block "
+                "(cheaper to compile)",
+                choices=("model", "block"),
+                label="Compile scope",
+            ),
+        ),
+    ),
+    Strategy(
+        "optimizer",
+        "strategies.optimizer",
+        help="Implementation of the AdamW update.",
+        options=(
+            Option(
+                "optimizer",
+                "choice",
+                "plain",
+                "plain: one kernel per tensor; foreach: batched over tensors; fused: one fused "
+                "kernel",
+                choices=("plain", "foreach", "fused"),
+                label="AdamW",
+            ),
+        ),
+    ),
+    Strategy(
+        "batch",
+        None,
+        help="Samples per optimizer step.",
+        options=(
+            Option(
+                "batch_size",
+                "int",
+                0,
+                "Sequences per step (0: the workload's default)",
+                minimum=0,
+                label="Batch size",
+            ),
+        ),
+    ),
+)
+
+def _fullgraph_needs_compile(values: dict) -> str | None:
+    if values["compile_fullgraph"] and values["compile_mode"] == "off":
+        return "compile_fullgraph = true needs compile_mode other than off (compile_mode = off)"
+    return None
+
+
+RULES = (_fullgraph_needs_compile,)
+"""Checks across options; each returns a message that names both options, or None."""
+
+OPTIONS: dict[str, Option] = {o.key: o for s in STRATEGIES for o in s.options}
+OPTION_STRATEGY: dict[str, str] = {o.key: s.name for s in STRATEGIES for o in s.options}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the machine a run goes to can do; plain data so the UI can hold it."""
+
+    device: str  # "cuda" or "cpu"
+    cuda: bool
+    bf16: bool
+    triton: bool
+    gpu_name: str = ""
+    reasons: dict = field(default_factory=dict)
+    """Why a capability is missing, e.g. {"cuda": "no CUDA device (NVML: library not found)"}."""
+
+    def has(self, need: str) -> bool:
+        return bool(getattr(self, need))
+
+    def why_not(self, need: str) -> str:
+        return self.reasons.get(need) or f"needs {need}"
+
+    def to_dict(self) -> dict:
+        return {
+            "device": self.device,
+            "cuda": self.cuda,
+            "bf16": self.bf16,
+            "triton": self.triton,
+            "gpu_name": self.gpu_name,
+            "reasons": dict(self.reasons),
+        }
+
+
+CAPABILITY_WORDS = {
+    "cuda": "a CUDA GPU",
+    "bf16": "bfloat16 support (a CUDA GPU of compute capability 8.0+, or the CPU)",
+    "triton": "Triton kernels (a CUDA GPU with triton installed)",
+}
+
+
+def option_unavailable(option: Option, value: Any, caps: Capabilities) -> str | None:
+    """Why `option = value` cannot run with `caps`, or None if it can."""
+    needs: list[str] = []
+    if value != option.default and value not in ((), [], frozenset()):
+        needs.extend(option.requires)
+    if option.kind == "choice":
+        needs.extend(option.choice_requires.get(value, ()))
+    for need in needs:
+        if not caps.has(need):
+            shown = "[" + ", ".join(value) + "]" if option.kind == "set" else value
+            return (
+                f"{option.key} = {shown} needs {CAPABILITY_WORDS.get(need, need)}, "
+                f"and device = {caps.device} has none: {caps.why_not(need)}"
+            )
+    return None

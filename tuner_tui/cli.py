@@ -1,0 +1,203 @@
+"""The `gputune` command: the dashboard by default, `bench` headless.
+
+User errors (bad flags, bad configuration files, a workload that does not import) print one
+line that names the problem and the allowed values, and exit with code 2. This module imports
+no torch; the worker processes do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from strategies.config import ConfigError, ExportedConfig, TuneConfig, parse_value, read, save
+from strategies.registry import OPTIONS
+from tuner_tui import __version__
+
+DEVICES = ("auto", "cuda", "cpu")
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user; reported as one line, exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _workload_names() -> str:
+    # Listed here rather than imported from the engine, which imports torch.
+    return "auto, gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b, or module:function"
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", default="auto",
+                   help=f"what to train: {_workload_names()} (default: auto = gpt2-124m on a "
+                        "GPU, gpt2-tiny on the CPU)")
+    p.add_argument("--device", default="auto", help="cuda, cpu or auto (default: cuda if available)")
+    p.add_argument("--data", metavar="FILE", help="train on this text file (byte-level tokens) "
+                   "instead of synthetic tokens")
+    p.add_argument("--seq-len", type=int, metavar="N", help="tokens per sequence (default: the "
+                   "workload's)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the initial weights and the "
+                   "batches (default 0)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="gputune", description="Tune a PyTorch training run on a GPU. With no "
+                    "command, opens the dashboard.")
+    parser.add_argument("--version", action="version", version=f"gputune {__version__}")
+    add_run_options(parser)
+    parser.add_argument("--config", metavar="FILE", help="start from an exported configuration")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+
+    bench = sub.add_parser("bench", help="measure configurations side by side, headless",
+                           description="Measure configurations side by side, each in a fresh "
+                           "process, and print a table. With no --config or --preset, measures "
+                           "the ladder: the fp32 eager baseline, then one strategy added at a time.")
+    add_run_options(bench)
+    bench.add_argument("--config", metavar="FILE", action="append", default=[],
+                       help="an exported configuration to measure (repeatable)")
+    from tuner_tui.engine.bench import PRESETS  # torch-free
+
+    bench.add_argument("--preset", action="append", default=[],
+                       help="a named set of configurations: " + ", ".join(PRESETS))
+    bench.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                       help="override an option in every configuration, e.g. batch_size=32 "
+                            "(repeatable); options: " + ", ".join(OPTIONS))
+    bench.add_argument("--steps", type=int, default=20, help="measured steps per configuration "
+                       "(default 20)")
+    bench.add_argument("--warmup", type=int, default=5, help="steps before measuring, the first "
+                       "of which compiles (default 5)")
+    bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    bench.add_argument("--export", metavar="FILE", help="export the fastest configuration whose "
+                       "loss matched the reference (TOML or JSON by extension)")
+    bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
+                       help="give up on a configuration after this many seconds (default 900)")
+    return parser
+
+
+def parse_overrides(items: list[str]) -> dict:
+    overrides = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item!r} must look like KEY=VALUE, e.g. batch_size=32")
+        option = OPTIONS.get(key.strip())
+        if option is None:
+            raise UsageError(f"--set: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
+        overrides[option.key] = parse_value(option, text.strip())
+    if overrides:
+        TuneConfig.from_dict(overrides)  # validate the values now, with the option's message
+    return overrides
+
+
+def check_run_options(args) -> None:
+    if args.device not in DEVICES:
+        raise UsageError(f"unknown device {args.device!r}: allowed devices are cuda, cpu, auto")
+    if args.data is not None:
+        path = Path(args.data)
+        if not path.is_file():
+            raise UsageError(f"--data file {args.data} does not exist")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"--data file {args.data} is not readable")
+    if args.seq_len is not None and args.seq_len < 1:
+        raise UsageError(f"--seq-len {args.seq_len} is out of range: an integer >= 1")
+    name = args.workload
+    builtin = {"auto", "gpt2-tiny", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"}
+    if name in builtin:
+        return
+    module, sep, func = name.partition(":")
+    if not sep or not module or not func:
+        raise UsageError(f"unknown workload {name!r}: allowed are {_workload_names()}")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"workload {name!r}: cannot import {module!r}: {exc}") from None
+    if found is None:
+        raise UsageError(f"workload {name!r}: no module named {module!r} (is it on PYTHONPATH?)")
+
+
+def worker_spec(args):
+    from tuner_tui.engine.client import WorkerSpec
+
+    return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
+                      seed=args.seed, sequence_length=args.seq_len)
+
+
+def cmd_bench(args) -> int:
+    from tuner_tui.engine import bench
+
+    check_run_options(args)
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
+    if args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
+                         "step compiles)")
+    overrides = parse_overrides(args.overrides)
+    configs = [read(path).config for path in args.config]
+    for name in args.preset:
+        if name not in bench.PRESETS:
+            raise UsageError(f"unknown preset {name!r}: allowed presets are " + ", ".join(bench.PRESETS))
+        configs += bench.PRESETS[name]()
+    strict = bool(args.config) and not args.preset
+    if not configs:
+        configs = bench.ladder()
+    plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
+                           trial_timeout_s=args.trial_timeout, overrides=overrides)
+    try:
+        results, environment, workload = bench.run_bench(plan, strict=strict)
+    except bench.WorkerStartError as exc:
+        raise UsageError(str(exc)) from None
+    gpu = environment.get("gpu_name") or "CPU"
+    print(f"\n{workload['name']} on {gpu}, batch of {workload['items_per_sample']} tokens "
+          f"x default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
+          f"triton {environment.get('triton')}, driver {environment.get('driver')}")
+    print(bench.format_table(results))
+    if args.json:
+        bench.write_json(args.json, results, environment, workload, plan)
+        print(f"wrote {args.json}")
+    top = bench.best(results)
+    if args.export:
+        if top is None:
+            print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
+            return 1
+        measured = {k: v for k, v in top.to_dict().items()
+                    if k in ("tokens_per_s", "samples_per_s", "step_ms", "mfu", "peak_memory_bytes",
+                             "compile_s", "loss_ok", "batch_size", "sequence_length")}
+        save(ExportedConfig(TuneConfig.from_dict(top.config), measured, environment,
+                            workload["name"]), args.export)
+        print(f"exported {top.label} to {args.export}")
+    return 0 if any(r.status == "ok" for r in results) else 1
+
+
+def cmd_dashboard(args) -> int:
+    check_run_options(args)
+    start = read(args.config).config if args.config else None
+    from tuner_tui.app import run_dashboard
+
+    return run_dashboard(worker_spec(args), start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "bench":
+            return cmd_bench(args)
+        return cmd_dashboard(args)
+    except (UsageError, ConfigError) as exc:
+        print(f"gputune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("gputune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

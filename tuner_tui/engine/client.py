@@ -1,0 +1,138 @@
+"""The parent's handle on a worker process: start it, send commands, read events, notice death.
+
+Torch-free: the dashboard and `gputune bench` both drive workers through this class, and only the
+child process imports torch (CUDA cannot be forked, so the child is spawned).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+from tuner_tui.engine import protocol
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the worker trains: everything it needs to build the run, as plain values."""
+
+    workload: str = "auto"
+    device: str = "auto"
+    data: str | None = None
+    seed: int = 0
+    sequence_length: int | None = None
+    fault_injection: str | None = None
+    """Test hook: "oom" makes the next build raise torch's real OutOfMemoryError path."""
+
+
+def _worker_entry(spec: WorkerSpec, commands, events) -> None:
+    # Imported here, in the child, so that the parent never imports torch.
+    from tuner_tui.engine.worker import run_worker
+
+    run_worker(spec, commands, events)
+
+
+@contextlib.contextmanager
+def _real_stderr():
+    """Inside a running Textual app sys.stderr is a capture object whose fileno() is -1, and
+    multiprocessing's resource tracker passes that fd to the child ("bad value(s) in
+    fds_to_keep"). Spawning with the process's real stderr avoids it."""
+    saved = sys.stderr
+    real = sys.__stderr__
+    try:
+        if real is not None:
+            sys.stderr = real
+        yield
+    finally:
+        sys.stderr = saved
+
+
+class WorkerClient:
+    """One worker process. Not thread-safe: use it from one thread (the UI's reader thread or the
+    bench loop)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self._ctx = mp.get_context("spawn")
+        self.process: mp.process.BaseProcess | None = None
+        self.commands = None
+        self.events = None
+
+    def start(self) -> None:
+        self.commands = self._ctx.Queue()
+        self.events = self._ctx.Queue()
+        self.process = self._ctx.Process(
+            target=_worker_entry,
+            args=(self.spec, self.commands, self.events),
+            name="gputune-worker",
+            daemon=True,
+        )
+        with _real_stderr():
+            self.process.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def is_alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def exitcode(self) -> int | None:
+        return self.process.exitcode if self.process else None
+
+    def send(self, command: protocol.Command) -> None:
+        if self.commands is None:
+            raise RuntimeError("worker not started")
+        self.commands.put(command)
+
+    def poll(self, timeout: float = 0.0) -> protocol.Event | None:
+        """The next event, or None if none came within `timeout` seconds."""
+        if self.events is None:
+            return None
+        try:
+            return self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
+        except queue.Empty:
+            return None
+
+    def wait_event(self, timeout: float) -> protocol.Event | None:
+        """Wait for an event or for the process to die, whichever comes first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.poll()
+            if event is not None:
+                return event
+            if not self.is_alive():
+                # Drain what the worker managed to send before it died.
+                return self.poll(timeout=0.2)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            assert self.process is not None
+            wait([self.process.sentinel, self.events._reader], timeout=min(remaining, 0.25))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the worker to shut down; terminate, then kill, if it does not."""
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            with contextlib.suppress(Exception):
+                self.send(protocol.Shutdown())
+            self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2.0)
+        if self.process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+            self.process.join(2.0)
+        for q in (self.commands, self.events):
+            if q is not None:
+                q.close()
+                q.cancel_join_thread()

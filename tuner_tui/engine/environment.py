@@ -1,0 +1,96 @@
+"""What machine a measurement was taken on: the fingerprint stored with every result, and the
+capabilities the configuration is checked against."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import socket
+
+import torch
+
+from strategies.registry import Capabilities
+
+
+def _nvml_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            return driver.decode() if isinstance(driver, bytes) else driver
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: the fingerprint just says unknown
+        return None
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except Exception:
+        return None
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def fingerprint(device: str) -> dict:
+    env = {
+        "device": device,
+        "gpu_name": None,
+        "gpu_count": 0,
+        "gpu_memory_bytes": None,
+        "compute_capability": None,
+        "driver": _nvml_driver(),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+    if device == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            gpu_name=props.name,
+            gpu_count=torch.cuda.device_count(),
+            gpu_memory_bytes=props.total_memory,
+            compute_capability=f"{props.major}.{props.minor}",
+        )
+    return env
+
+
+def capabilities(device: str) -> Capabilities:
+    reasons = {}
+    cuda = device == "cuda" and torch.cuda.is_available()
+    if not cuda:
+        reasons["cuda"] = (
+            "device = cpu was chosen" if device == "cpu" else "torch sees no CUDA device"
+        )
+    if cuda:
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        if not bf16:
+            reasons["bf16"] = "this GPU has no native bfloat16 (compute capability < 8.0)"
+    else:
+        bf16 = True  # CPU autocast supports bfloat16
+    has_triton = importlib.util.find_spec("triton") is not None
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    triton_ok = has_triton and (cuda or interpret)
+    if not has_triton:
+        reasons["triton"] = "triton is not installed"
+    elif not triton_ok:
+        reasons["triton"] = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
+    name = torch.cuda.get_device_properties(0).name if cuda else ""
+    return Capabilities(
+        device="cuda" if cuda else "cpu", cuda=cuda, bf16=bf16, triton=triton_ok,
+        gpu_name=name, reasons=reasons,
+    )

@@ -1,0 +1,194 @@
+"""Messages between the UI (or a headless driver) and the worker process.
+
+Commands are imperative and go to the worker; events are past tense and come back. All are
+frozen dataclasses of plain Python values (no tensors), so they pickle across a spawn
+`multiprocessing.Queue`. This module imports no torch: the dashboard imports it.
+
+Configurations travel as plain dicts (`TuneConfig.to_dict()`), results as `TrialResult`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# -- commands (UI -> worker) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """Rebuild the run with this configuration (same initial weights and batches) and train on,
+    reporting a `TrialFinished` once the measurement window is over."""
+
+    config: dict
+    measure_steps: int = 20
+
+
+@dataclass(frozen=True)
+class RunTrial:
+    """Measure one configuration for a fixed number of steps, report it, then wait."""
+
+    config: dict
+    steps: int = 20
+    warmup_steps: int = 5
+    reference_losses: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pause:
+    pass
+
+
+@dataclass(frozen=True)
+class Resume:
+    pass
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+Command = ApplyConfig | RunTrial | Pause | Resume | Shutdown
+
+# -- events (worker -> UI) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    pid: int
+    capabilities: dict
+    environment: dict
+    workload: dict
+    """name, parameters, tokens_per_sample, default_batch_size, sequence_length."""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: int
+    config: dict
+    label: str
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class CompileStarted:
+    run_id: int
+
+
+@dataclass(frozen=True)
+class CompileFinished:
+    run_id: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StepMeasured:
+    run_id: int
+    step: int
+    step_ms: float
+    tokens_per_s: float
+    loss: float
+    mfu: float | None
+    memory_allocated_bytes: int
+    peak_memory_bytes: int
+    wall_time: float
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One configuration's measured figures; the row of the leaderboard and of `bench --json`."""
+
+    config: dict
+    label: str
+    status: str
+    """ok, oom, diverged, compile, crash, invalid, loss-mismatch (ran, but the loss left the
+    tolerance of the fp32 reference)."""
+    workload: str = ""
+    device: str = ""
+    batch_size: int = 0
+    sequence_length: int = 0
+    tokens_per_s: float | None = None
+    samples_per_s: float | None = None
+    step_ms: float | None = None
+    step_ms_min: float | None = None
+    step_ms_max: float | None = None
+    mfu: float | None = None
+    mfu_peak_tflops: float | None = None
+    mfu_peak_source: str = ""
+    peak_memory_bytes: int | None = None
+    """Largest memory allocated by tensors (torch.cuda.max_memory_allocated); on the CPU, the
+    growth of the worker's resident memory."""
+    peak_reserved_bytes: int | None = None
+    compile_s: float | None = None
+    """First step, which holds torch.compile's work (or an eager first step)."""
+    warmup_s: float | None = None
+    measured_steps: int = 0
+    losses: tuple[float, ...] = ()
+    loss_ok: bool | None = None
+    loss_max_rel_error: float | None = None
+    loss_tolerance: float | None = None
+    message: str = ""
+    strategy_report: dict = field(default_factory=dict)
+    """What each strategy did, e.g. {"fused_kernels": {"layer_norm": 25}}."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["losses"] = list(self.losses)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrialResult":
+        known = {f for f in cls.__dataclass_fields__}
+        data = {k: v for k, v in d.items() if k in known}
+        data["losses"] = tuple(data.get("losses", ()))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    run_id: int
+    result: TrialResult
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    run_id: int
+    kind: str
+    """oom, diverged, compile, crash, invalid."""
+    message: str
+    result: TrialResult | None = None
+
+
+@dataclass(frozen=True)
+class Paused:
+    pass
+
+
+@dataclass(frozen=True)
+class Resumed:
+    pass
+
+
+@dataclass(frozen=True)
+class WorkerLog:
+    """A line worth showing the user (a warning from a strategy, a recompile, ...)."""
+
+    level: str
+    text: str
+
+
+Event = (
+    WorkerReady
+    | RunStarted
+    | CompileStarted
+    | CompileFinished
+    | StepMeasured
+    | TrialFinished
+    | RunFailed
+    | Paused
+    | Resumed
+    | WorkerLog
+)
+
+FAILURE_KINDS = ("oom", "diverged", "compile", "crash", "invalid")

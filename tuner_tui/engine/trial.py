@@ -1,0 +1,279 @@
+"""One configuration's training run and its measurement.
+
+Measurement rules (../DESIGN.md): the same seeded initial weights and the same batches for every
+configuration; the first step (which holds torch.compile's work) and the warm-up reported apart;
+the median step time over a steady window; peak memory reset per configuration; the loss over
+the first steps compared with the fp32 eager reference of the same seed.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import psutil
+import torch
+
+import strategies
+from strategies.config import ConfigError, TuneConfig
+from tuner_tui.engine.mfu import Peak, peak_for
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.workloads import Workload
+
+# Relative difference from the fp32 eager reference allowed per precision, over the first
+# LOSS_CHECK_STEPS steps. fp32 differs only by summation order (compile, SDPA vs manual);
+# tf32 keeps 10 mantissa bits; bf16 keeps 7.
+LOSS_TOLERANCE = {"fp32": 2e-3, "tf32": 1e-2, "bf16": 3e-2, "fp16": 3e-2}
+LOSS_CHECK_STEPS = 8
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+def reference_config(batch_size: int) -> TuneConfig:
+    """The configuration every other is checked against: fp32, eager, no kernels."""
+    return TuneConfig.from_dict({"batch_size": batch_size})
+
+
+def classify(exc: BaseException) -> str:
+    """Failure kind for an exception raised while building or training."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "oom"
+    if isinstance(exc, Diverged):
+        return "diverged"
+    if isinstance(exc, ConfigError):
+        return "invalid"
+    module = type(exc).__module__ or ""
+    if module.startswith(("torch._dynamo", "torch._inductor", "triton")):
+        return "compile"
+    return "crash"
+
+
+def describe_failure(exc: BaseException) -> str:
+    kind = classify(exc)
+    text = str(exc).strip()
+    if kind == "oom":
+        # torch's message: "CUDA out of memory. Tried to allocate X GiB. GPU 0 has a total
+        # capacity of ... of which Y is free. ..." Keep the two sentences that matter.
+        parts = [p.strip() for p in text.split(". ") if p.strip()]
+        keep = [p for p in parts if p.startswith(("Tried", "GPU", "Process"))][:2]
+        detail = ". ".join(keep) if keep else text.splitlines()[0] if text else "out of memory"
+        return (
+            f"out of memory: {detail}. Try checkpointing (full or selective) or a smaller "
+            "batch size."
+        )
+    if kind == "compile":
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        head = lines[0] if lines else type(exc).__name__
+        where = next((ln.strip() for ln in lines if 'File "' in ln or "from user code" in ln), "")
+        return f"compile failed: {type(exc).__name__}: {head}" + (f" ({where})" if where else "")
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if kind == "crash" else first
+
+
+@dataclass
+class StepRecord:
+    step: int
+    step_ms: float
+    loss: float
+    memory_allocated_bytes: int
+    peak_memory_bytes: int
+
+
+@dataclass
+class Trainer:
+    """Builds one configuration's run and steps it. Used by the worker for both the live run
+    (one step at a time, between commands) and bench trials (a fixed number of steps)."""
+
+    workload: Workload
+    config: TuneConfig
+    device: str
+    seed: int = 0
+    warmup_steps: int = 5
+    reference_losses: tuple[float, ...] = ()
+    device_name: str = ""
+    records: list[StepRecord] = field(default_factory=list)
+    first_step_s: float | None = None
+    report: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.torch_device = torch.device(self.device)
+        self.batch_size = self.config.batch_size or self.workload.default_batch_size
+        self._pending: list = []  # (step, end event or None, loss tensor, t_host)
+        self._last_end = None
+        self._last_host = None
+        self._step = 0
+        self._rss_base = psutil.Process().memory_info().rss
+        self._rss_peak = self._rss_base
+        self._peak: Peak | None = None
+
+    # -- building ------------------------------------------------------------------------------
+    def build(self) -> None:
+        release_memory()
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        torch.manual_seed(self.seed)
+        # Build on the device: initialisation of large models is slow on the CPU, and seeding
+        # the device's generator keeps weights identical for every configuration.
+        with self.torch_device:
+            model = self.workload.build_model()
+        model.train()
+        optimizer = self.workload.make_optimizer(model)
+        self.tuned = strategies.apply(self.config, model, optimizer, device_type=self.device)
+        self.report = self.tuned.report
+
+    def will_compile(self) -> bool:
+        return self.config.compile_mode != "off"
+
+    # -- stepping ------------------------------------------------------------------------------
+    def step(self) -> list[StepRecord]:
+        """Run one optimizer step. Returns the records that completed (the GPU runs one step
+        behind the host, so the record of step i usually arrives with step i+1)."""
+        i = self._step
+        batch = self.workload.batch(i, self.batch_size, self.torch_device)
+        host_start = time.perf_counter()
+        with self.tuned.autocast():
+            loss = self.workload.loss(self.tuned.model, batch)
+        self.tuned.step(loss)
+        end = None
+        if self.device == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+        self._pending.append((i, end, loss.detach(), host_start))
+        self._step += 1
+        # The first step (compile) and the warm-up are synchronous, so that their wall time is
+        # exact; afterwards the host runs one step ahead of the device.
+        lag = 0 if i < self.warmup_steps else 1
+        return self._collect(keep=lag)
+
+    def finish(self) -> list[StepRecord]:
+        return self._collect(keep=0)
+
+    def _collect(self, keep: int) -> list[StepRecord]:
+        done = []
+        while len(self._pending) > keep:
+            i, end, loss_t, host_start = self._pending.pop(0)
+            if end is not None:
+                end.synchronize()
+                if self._last_end is not None and i > 0:
+                    ms = self._last_end.elapsed_time(end)
+                else:
+                    ms = (time.perf_counter() - host_start) * 1e3
+                self._last_end = end
+            else:
+                now = time.perf_counter()
+                ms = (now - host_start) * 1e3
+            loss = float(loss_t)
+            if not math.isfinite(loss):
+                raise Diverged(f"loss became {loss} at step {i}")
+            if i == 0:
+                self.first_step_s = ms / 1e3
+            if self.device == "cuda":
+                allocated = torch.cuda.memory_allocated()
+                peak = torch.cuda.max_memory_allocated()
+            else:
+                rss = psutil.Process().memory_info().rss
+                self._rss_peak = max(self._rss_peak, rss)
+                allocated, peak = rss - self._rss_base, self._rss_peak - self._rss_base
+            record = StepRecord(i, ms, loss, allocated, peak)
+            self.records.append(record)
+            done.append(record)
+        return done
+
+    # -- results -------------------------------------------------------------------------------
+    def measured_records(self) -> list[StepRecord]:
+        return [r for r in self.records if r.step >= self.warmup_steps]
+
+    def peak(self) -> Peak:
+        if self._peak is None:
+            self._peak = peak_for(self.device, self.device_name, self.config.precision)
+        return self._peak
+
+    def mfu(self, step_ms: float) -> float | None:
+        if self.workload.flops_per_item is None:
+            return None
+        flops = self.workload.flops_per_item(self.tuned.model) * self.items_per_step()
+        return flops / (step_ms / 1e3) / (self.peak().tflops * 1e12)
+
+    def items_per_step(self) -> int:
+        return self.batch_size * self.workload.items_per_sample
+
+    def loss_check(self) -> tuple[bool | None, float | None, float]:
+        tolerance = LOSS_TOLERANCE[self.config.precision]
+        n = min(len(self.reference_losses), len(self.records), LOSS_CHECK_STEPS)
+        if n == 0:
+            return None, None, tolerance
+        errors = [
+            abs(self.records[i].loss - self.reference_losses[i]) / abs(self.reference_losses[i])
+            for i in range(n)
+        ]
+        worst = max(errors)
+        return worst <= tolerance, worst, tolerance
+
+    def result(self, status: str = "ok", message: str = "") -> TrialResult:
+        measured = self.measured_records()
+        base = dict(
+            config=self.config.to_dict(),
+            label=self.config.label(),
+            workload=self.workload.name,
+            device=self.device,
+            batch_size=self.batch_size,
+            sequence_length=self.workload.items_per_sample,
+            losses=tuple(r.loss for r in self.records),
+            compile_s=self.first_step_s,
+            strategy_report=self.report,
+            message=message,
+        )
+        if not measured or status != "ok":
+            return TrialResult(status=status, **base)
+        times = [r.step_ms for r in measured]
+        median = statistics.median(times)
+        ok, worst, tolerance = self.loss_check()
+        if ok is False:
+            status = "loss-mismatch"
+            base["message"] = (
+                f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
+                f"{tolerance:.1%} for {self.config.precision})"
+            )
+        warm = [r.step_ms for r in self.records if 0 < r.step < self.warmup_steps]
+        peak = self.peak() if self.workload.flops_per_item else None
+        return TrialResult(
+            status=status,
+            tokens_per_s=self.items_per_step() / (median / 1e3),
+            samples_per_s=self.batch_size / (median / 1e3),
+            step_ms=median,
+            step_ms_min=min(times),
+            step_ms_max=max(times),
+            mfu=self.mfu(median),
+            mfu_peak_tflops=peak.tflops if peak else None,
+            mfu_peak_source=peak.source if peak else "",
+            peak_memory_bytes=max(r.peak_memory_bytes for r in self.records),
+            peak_reserved_bytes=(
+                torch.cuda.max_memory_reserved() if self.device == "cuda" else None
+            ),
+            warmup_s=sum(warm) / 1e3 if warm else 0.0,
+            measured_steps=len(measured),
+            loss_ok=ok,
+            loss_max_rel_error=worst,
+            loss_tolerance=tolerance,
+            **base,
+        )
+
+    def close(self) -> None:
+        self._pending.clear()
+        self.tuned = None
+        release_memory()
+
+
+def release_memory() -> None:
+    """Drop compiled graphs and cached blocks so the next configuration starts clean."""
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()

@@ -1,0 +1,244 @@
+"""The worker process: owns the device, trains, and reports through events.
+
+Started by `WorkerClient` (spawn context). It trains the live run one step at a time and looks
+for commands between steps, so a new configuration, a pause or a shutdown is taken within a step.
+Faults inside a configuration (OOM, divergence, a failed compile, any exception) become a
+`RunFailed` event and the worker waits for the next command; only the death of the process
+itself is left for the parent to notice.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+import traceback
+
+from strategies.config import ConfigError, TuneConfig
+from tuner_tui.engine import protocol
+from tuner_tui.engine.client import WorkerSpec
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, commands, events) -> None:
+        self.spec, self.commands, self.events = spec, commands, events
+        self.trainer = None
+        self.run_id = 0
+        self.paused = False
+        self.measure_steps = 20
+        self.live_reported = False
+        self.references: dict[int, tuple[float, ...]] = {}
+
+    def emit(self, event) -> None:
+        self.events.put(event)
+
+    # -- setup ---------------------------------------------------------------------------------
+    def start(self) -> bool:
+        from tuner_tui.engine import environment, workloads
+
+        try:
+            import torch  # noqa: F401  (fail here, reported, if torch is broken)
+
+            self.device = environment.resolve_device(self.spec.device)
+            if self.device == "cuda":
+                import torch
+
+                if not torch.cuda.is_available():
+                    raise ConfigError("device = cuda but torch sees no CUDA GPU: allowed devices are cuda, cpu")
+            elif self.device != "cpu":
+                raise ConfigError(f"unknown device {self.device!r}: allowed devices are cuda, cpu")
+            name = workloads.resolve_name(self.spec.workload, self.device)
+            self.workload = workloads.load(name, self.spec.sequence_length, self.spec.seed, self.spec.data)
+        except (ConfigError, workloads.WorkloadError, ValueError) as exc:
+            self.emit(protocol.RunFailed(0, "invalid", str(exc)))
+            return False
+        self.caps = environment.capabilities(self.device)
+        self.env = environment.fingerprint(self.device)
+        self.emit(
+            protocol.WorkerReady(
+                pid=os.getpid(),
+                capabilities=self.caps.to_dict(),
+                environment=self.env,
+                workload=self.workload.describe(),
+            )
+        )
+        return True
+
+    # -- building a run ------------------------------------------------------------------------
+    def _trainer(self, config: TuneConfig, warmup: int, reference: tuple[float, ...]):
+        from tuner_tui.engine.trial import Trainer
+
+        return Trainer(
+            workload=self.workload,
+            config=config,
+            device=self.device,
+            seed=self.spec.seed,
+            warmup_steps=warmup,
+            reference_losses=reference,
+            device_name=self.caps.gpu_name,
+        )
+
+    def _fail(self, exc: BaseException, trainer=None) -> None:
+        from tuner_tui.engine.trial import classify, describe_failure
+
+        kind = classify(exc)
+        message = describe_failure(exc)
+        if kind == "crash":
+            # A bug (ours or the user's): keep the traceback for the log, one line for the UI.
+            traceback.print_exc()
+        result = trainer.result(status=kind, message=message) if trainer else None
+        self.emit(protocol.RunFailed(self.run_id, kind, message, result))
+
+    def _build(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
+        from tuner_tui.engine.trial import Trainer  # noqa: F401
+
+        self.run_id += 1
+        config = TuneConfig.from_dict(config_dict)
+        config.check_runnable(self.caps)
+        trainer = self._trainer(config, warmup, reference)
+        self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
+        if self.spec.fault_injection == "oom":
+            import torch
+
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 64.00 GiB. GPU 0 has a total capacity of "
+                "0 bytes of which 0 bytes is free. (injected by WorkerSpec.fault_injection)"
+            )
+        trainer.build()
+        return trainer
+
+    def _emit_records(self, trainer, records) -> None:
+        for r in records:
+            tokens_per_s = trainer.items_per_step() / (r.step_ms / 1e3) if r.step_ms > 0 else 0.0
+            self.emit(
+                protocol.StepMeasured(
+                    run_id=self.run_id,
+                    step=r.step,
+                    step_ms=r.step_ms,
+                    tokens_per_s=tokens_per_s,
+                    loss=r.loss,
+                    mfu=trainer.mfu(r.step_ms) if r.step > 0 else None,
+                    memory_allocated_bytes=r.memory_allocated_bytes,
+                    peak_memory_bytes=r.peak_memory_bytes,
+                    wall_time=time.time(),
+                )
+            )
+            if r.step == 0 and trainer.will_compile():
+                self.emit(protocol.CompileFinished(self.run_id, r.step_ms / 1e3))
+
+    def _first_step(self, trainer) -> list:
+        if trainer.will_compile():
+            self.emit(protocol.CompileStarted(self.run_id))
+        return trainer.step()
+
+    # -- the reference losses ------------------------------------------------------------------
+    def reference(self, batch_size: int) -> tuple[float, ...]:
+        """Losses of the fp32 eager configuration over the first steps, for this batch size."""
+        from tuner_tui.engine.trial import LOSS_CHECK_STEPS, reference_config
+
+        if batch_size not in self.references:
+            trainer = self._trainer(reference_config(batch_size), warmup=LOSS_CHECK_STEPS, reference=())
+            try:
+                trainer.build()
+                for _ in range(LOSS_CHECK_STEPS):
+                    trainer.step()
+                trainer.finish()
+                self.references[batch_size] = tuple(r.loss for r in trainer.records)
+            finally:
+                trainer.close()
+        return self.references[batch_size]
+
+    # -- commands ------------------------------------------------------------------------------
+    def run_trial(self, cmd: protocol.RunTrial) -> None:
+        trainer = None
+        try:
+            self.stop_live()
+            trainer = self._build(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
+            self._emit_records(trainer, self._first_step(trainer))
+            for _ in range(cmd.warmup_steps + cmd.steps - 1):
+                self._emit_records(trainer, trainer.step())
+            self._emit_records(trainer, trainer.finish())
+            self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
+        except Exception as exc:
+            self._fail(exc, trainer)
+        finally:
+            if trainer is not None:
+                trainer.close()
+
+    def apply_config(self, cmd: protocol.ApplyConfig) -> None:
+        self.stop_live()
+        trainer = None
+        try:
+            config = TuneConfig.from_dict(cmd.config)
+            batch = config.batch_size or self.workload.default_batch_size
+            reference = self.reference(batch)
+            trainer = self._build(cmd.config, 5, reference)
+            self.measure_steps = cmd.measure_steps
+            self.live_reported = False
+            self.trainer = trainer
+            self._emit_records(trainer, self._first_step(trainer))
+        except Exception as exc:
+            self._fail(exc, trainer)
+            if trainer is not None:
+                trainer.close()
+            self.trainer = None
+
+    def live_step(self) -> None:
+        trainer = self.trainer
+        try:
+            self._emit_records(trainer, trainer.step())
+            done = len(trainer.measured_records())
+            if not self.live_reported and done >= self.measure_steps:
+                self.live_reported = True
+                self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
+        except Exception as exc:
+            self._fail(exc, trainer)
+            self.stop_live()
+
+    def stop_live(self) -> None:
+        if self.trainer is not None:
+            self.trainer.close()
+            self.trainer = None
+
+    def handle(self, cmd) -> bool:
+        """Returns False when the worker should exit."""
+        if isinstance(cmd, protocol.Shutdown):
+            return False
+        if isinstance(cmd, protocol.ApplyConfig):
+            self.paused = False
+            self.apply_config(cmd)
+        elif isinstance(cmd, protocol.RunTrial):
+            self.run_trial(cmd)
+        elif isinstance(cmd, protocol.Pause):
+            self.paused = True
+            if self.trainer is not None:
+                self._emit_records(self.trainer, self.trainer.finish())
+            self.emit(protocol.Paused())
+        elif isinstance(cmd, protocol.Resume):
+            self.paused = False
+            self.emit(protocol.Resumed())
+        return True
+
+    def loop(self) -> None:
+        while True:
+            training = self.trainer is not None and not self.paused
+            try:
+                cmd = self.commands.get_nowait() if training else self.commands.get(timeout=0.5)
+            except queue.Empty:
+                cmd = None
+            if cmd is not None and not self.handle(cmd):
+                break
+            if cmd is None and training:
+                self.live_step()
+            if os.getppid() == 1:  # the parent died without a Shutdown: don't linger
+                break
+        self.stop_live()
+
+
+def run_worker(spec: WorkerSpec, commands, events) -> None:
+    worker = Worker(spec, commands, events)
+    if worker.start():
+        worker.loop()
+    # Let the queue's feeder thread flush the last events before the process exits.
+    events.close()
+    events.join_thread()

@@ -1,0 +1,56 @@
+"""Token batches that are the same for every configuration: batch `i` is a pure function of
+(seed, i, batch size), so every configuration trains on the same data in the same order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+class SyntheticTokens:
+    """Tokens drawn from a Zipf distribution over the vocabulary. Skewed like text, so the loss
+    falls in the first steps and the correctness check compares real learning curves (uniform
+    random tokens would pin every configuration's loss at log(vocab))."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, exponent: float = 1.1) -> None:
+        self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
+        ranks = torch.arange(1, vocab_size + 1, dtype=torch.float64)
+        probs = ranks.pow(-exponent)
+        # Shuffle which token ids are frequent, deterministically, so it isn't just low ids.
+        perm = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+        self._cdf = (probs / probs.sum()).cumsum(0).float()
+        self._ids = perm
+        self._device_tables: dict = {}
+
+    def batch(self, step: int, batch_size: int, device: torch.device):
+        key = str(device)
+        if key not in self._device_tables:
+            self._device_tables[key] = (self._cdf.to(device), self._ids.to(device))
+        cdf, ids = self._device_tables[key]
+        gen = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + step)
+        u = torch.rand(batch_size, self.seq_len + 1, generator=gen, device=device)
+        tokens = ids[torch.searchsorted(cdf, u).clamp_(max=self.vocab_size - 1)]
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+class TextFileTokens:
+    """Byte-level tokens from a text file; batch `i` takes random windows seeded by `i`."""
+
+    def __init__(self, path: str | Path, seq_len: int, seed: int) -> None:
+        data = Path(path).read_bytes()
+        if len(data) < seq_len + 2:
+            raise ValueError(
+                f"--data file {path} holds {len(data)} bytes; it needs at least {seq_len + 2} "
+                f"for one sequence of {seq_len} tokens"
+            )
+        self.tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+        self.seq_len, self.seed = seq_len, seed
+        self.vocab_size = 256
+
+    def batch(self, step: int, batch_size: int, device: torch.device):
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (batch_size,), generator=gen)
+        rows = torch.stack([self.tokens[s : s + self.seq_len + 1] for s in starts.tolist()])
+        rows = rows.to(device, non_blocking=True)
+        return rows[:, :-1], rows[:, 1:]
