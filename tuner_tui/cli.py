@@ -155,8 +155,8 @@ def cmd_bench(args) -> int:
     except bench.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     gpu = environment.get("gpu_name") or "CPU"
-    print(f"\n{workload['name']} on {gpu}, batch of {workload['items_per_sample']} tokens "
-          f"x default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
+    print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} tokens per sequence, "
+          f"default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
           f"triton {environment.get('triton')}, driver {environment.get('driver')}")
     print(bench.format_table(results))
     if args.json:
