@@ -22,6 +22,7 @@ def _gelu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    u = tl.minimum(tl.maximum(u, -20.0), 20.0)  # tanh is +-1 in fp32 past 10; keeps exp finite
     t = 2.0 * tl.sigmoid(2.0 * u) - 1.0
     tl.store(y_ptr + offs, (0.5 * x * (1.0 + t)).to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -33,6 +34,7 @@ def _gelu_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    u = tl.minimum(tl.maximum(u, -20.0), 20.0)  # tanh is +-1 in fp32 past 10; keeps exp finite
     t = 2.0 * tl.sigmoid(2.0 * u) - 1.0
     du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
     grad = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du

@@ -1,0 +1,67 @@
+"""A small model that uses every kernel compiles with fullgraph=True (no graph break).
+
+On the CPU the kernels run in Triton's interpreter, where torch.library.wrap_triton cannot
+trace a kernel; there the ops are kept opaque in the graph (decompose_custom_triton_ops off)
+and the graph runs with backend='aot_eager', which still traces forward and backward through
+every custom op. On CUDA the real inductor decomposes the ops and compiles the kernels in.
+"""
+
+import math
+
+import pytest
+import torch
+import torch._functorch.config
+
+import kernels
+from kernel_testing import DEVICE
+
+
+class TinyModel(torch.nn.Module):
+    def __init__(self, dim=16, vocab=40):
+        super().__init__()
+        self.ln_w = torch.nn.Parameter(torch.randn(dim))
+        self.ln_b = torch.nn.Parameter(torch.randn(dim))
+        self.rms_w = torch.nn.Parameter(torch.randn(dim))
+        self.up = torch.nn.Linear(dim, 4 * dim)
+        self.head = torch.nn.Parameter(torch.randn(vocab, dim) / math.sqrt(dim))
+
+    def forward(self, x, target):
+        h = kernels.layer_norm(x, self.ln_w, self.ln_b)
+        att = kernels.causal_softmax(h @ h.transpose(-2, -1), 1 / math.sqrt(h.shape[-1]))
+        h = kernels.rms_norm(h + att @ h, self.rms_w)
+        a, b = self.up(h).chunk(2, dim=-1)
+        h = h + (kernels.swiglu(a, b) + kernels.gelu_tanh(a))[..., : h.shape[-1]]
+        h = kernels.softmax(h) * h
+        flat = h.flatten(0, 1)
+        return kernels.cross_entropy(flat @ self.head.T, target) + kernels.fused_linear_cross_entropy(
+            flat, self.head, target
+        )
+
+
+def _compiled_matches_eager(backend):
+    torch.manual_seed(0)
+    model = TinyModel().to(DEVICE)
+    x = torch.randn(2, 8, 16, device=DEVICE)
+    target = torch.randint(0, 40, (16,), device=DEVICE)
+    loss = model(x, target)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=backend)  # a graph break would raise
+    loss_c = compiled(x, target)
+    loss_c.backward()
+    torch.testing.assert_close(loss_c, loss, atol=1e-4, rtol=1e-4)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU (interpreter) variant")
+def test_model_using_every_kernel_compiles_fullgraph_on_cpu():
+    with torch._functorch.config.patch(decompose_custom_triton_ops=False):
+        _compiled_matches_eager("aot_eager")
+
+
+@pytest.mark.gpu
+def test_model_using_every_kernel_compiles_fullgraph_with_inductor_gpu():
+    _compiled_matches_eager("inductor")

@@ -1,0 +1,37 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import kernels
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_kernel_names_are_the_exported_functions():
+    assert kernels.KERNEL_NAMES == (
+        "softmax", "causal_softmax", "layer_norm", "rms_norm", "cross_entropy",
+        "fused_linear_cross_entropy", "swiglu", "gelu_tanh",
+    )
+    for name in kernels.KERNEL_NAMES:
+        assert callable(getattr(kernels, name)), name
+
+
+def test_available_says_yes_here_with_a_reason():
+    ok, reason = kernels.available()
+    assert ok is True and reason
+
+
+def test_available_says_why_not_without_cuda_or_interpreter():
+    code = (
+        "import os; os.environ['TRITON_INTERPRET'] = '0'; "
+        "import torch; torch.cuda.is_available = lambda: False; "
+        "import kernels; print(kernels.available())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
+    assert out.startswith("(False, 'no CUDA device")
+
+
+def test_kernels_import_only_torch_and_triton():
+    code = "import sys, kernels; print(sorted(m for m in ('strategies', 'tuner_tui', 'textual') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
+    assert out.strip() == "[]"

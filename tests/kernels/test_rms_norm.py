@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+import kernels
+from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
+
+SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
+
+
+def _reference(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _check(x, w, dtype, eps=1e-6, sum_grad=False):
+    x, w = leaf(x), leaf(w)
+    y = kernels.rms_norm(x, w, eps)
+    if sum_grad:
+        y.sum().backward()  # dy has stride 0
+    else:
+        dy = torch.randn_like(y)
+        y.backward(dy)
+    xr, wr = ref_leaf(x), ref_leaf(w)
+    yr = _reference(xr, wr, eps)
+    yr.sum().backward() if sum_grad else yr.backward(dy.to(torch.float64))
+    assert y.dtype == x.dtype
+    assert_close(y, yr, dtype, "rms_norm output")
+    assert_close(x.grad, xr.grad, dtype, "rms_norm grad x")
+    assert_close(w.grad, wr.grad, dtype, "rms_norm grad weight", scale=4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm_matches_float64_reference(shape, dtype, poisoned):
+    x = (torch.randn(shape, device=DEVICE) * 2 + 0.3).to(dtype)
+    _check(x, torch.randn(shape[-1], device=DEVICE).to(dtype), dtype)
+
+
+def test_rms_norm_fp32_weight_with_bf16_input(poisoned):
+    _check(torch.randn(37, 781, device=DEVICE).to(torch.bfloat16), torch.randn(781, device=DEVICE), torch.bfloat16)
+
+
+def test_rms_norm_non_contiguous_input_and_expanded_grad(poisoned):
+    _check(torch.randn(123, 5, device=DEVICE).t(), torch.randn(123, device=DEVICE), torch.float32, sum_grad=True)
+
+
+def test_rms_norm_rejects_bad_inputs(monkeypatch):
+    x = torch.randn(4, 8, device=DEVICE)
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        kernels.rms_norm(x, torch.randn(2, 4, device=DEVICE))
+    with pytest.raises(TypeError, match="x must have dtype"):
+        kernels.rms_norm(x.to(torch.int32), torch.randn(8, device=DEVICE))
+    with pytest.raises(ValueError, match="at least one dim"):
+        kernels.rms_norm(torch.tensor(2.0, device=DEVICE), torch.randn(1, device=DEVICE))
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="x must be a CUDA tensor"):
+        kernels.rms_norm(torch.randn(4, 8), torch.randn(8))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(8192, 4096), (1823, 781), (64, 65536)])
+def test_rms_norm_real_sizes_gpu(shape, dtype, poisoned):
+    _check(torch.randn(shape, device="cuda").to(dtype), torch.randn(shape[-1], device="cuda").to(dtype), dtype)
