@@ -1,0 +1,205 @@
+"""In-process stand-ins for the worker and the telemetry sampler: deterministic, instant.
+
+`FakeWorker` answers commands the way the real worker does (WorkerReady on start; RunStarted,
+optional compile events, steps and TrialFinished on ApplyConfig; Paused/Resumed), with figures
+computed from the configuration, so app tests run in milliseconds and snapshots are stable.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from strategies.config import TuneConfig
+from strategies.registry import Capabilities
+from tuner_tui.engine import protocol
+from tuner_tui.engine.telemetry import GpuSample, HostSample, ProcessSample, TelemetrySample
+
+CPU_CAPS = Capabilities(
+    device="cpu",
+    cuda=False,
+    bf16=True,
+    triton=False,
+    reasons={"cuda": "no CUDA device (NVML: library not found)", "triton": "triton needs a CUDA GPU"},
+)
+GPU_CAPS = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
+
+WORKLOAD = {
+    "name": "gpt2-tiny",
+    "items_per_sample": 128,
+    "item_name": "tokens",
+    "default_batch_size": 8,
+}
+
+
+def speed_of(config: dict) -> float:
+    """Tokens/s the fake reports for a configuration: a fixed, plausible function of it."""
+    c = TuneConfig.from_dict(config)
+    speed = 10_000.0
+    speed *= {"fp32": 1.0, "tf32": 1.5, "bf16": 2.1, "fp16": 2.2}[c.precision]
+    speed *= 1.35 if c.compile_mode != "off" else 1.0
+    speed *= 1.2 if c.attention == "sdpa" else 1.0
+    speed *= 0.75 if c.checkpointing != "off" else 1.0
+    speed *= 1.05 if c.optimizer != "plain" else 1.0
+    return speed
+
+
+class FakeWorker:
+    """An event source with the real worker's manners. `fail` maps a precision to a failure kind
+    (e.g. {"fp16": "diverged"}) to script faults; `kill()` makes it die like a SIGKILLed process."""
+
+    instances: list["FakeWorker"] = []
+
+    def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None):
+        self.caps = caps
+        self.steps = steps
+        self._pid = pid
+        self.fail = fail or {}
+        self.events: collections.deque = collections.deque()
+        self.commands: list = []
+        self.alive = False
+        self.code: int | None = None
+        self.run_id = 0
+        self._cond = threading.Condition()
+        FakeWorker.instances.append(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def _emit(self, *events) -> None:
+        with self._cond:
+            self.events.extend(events)
+            self._cond.notify_all()
+
+    def start(self) -> None:
+        self.alive = True
+        self._emit(
+            protocol.WorkerReady(
+                pid=self._pid,
+                capabilities=self.caps.to_dict(),
+                environment={"torch": "2.13.0", "device": self.caps.device, "gpu": self.caps.gpu_name},
+                workload=dict(WORKLOAD),
+            )
+        )
+
+    def send(self, command) -> None:
+        if not self.alive:
+            raise RuntimeError("worker is dead")
+        self.commands.append(command)
+        if isinstance(command, protocol.ApplyConfig):
+            self._apply(command.config)
+        elif isinstance(command, protocol.Pause):
+            self._emit(protocol.Paused())
+        elif isinstance(command, protocol.Resume):
+            self._emit(protocol.Resumed())
+        elif isinstance(command, protocol.Shutdown):
+            self.alive, self.code = False, 0
+
+    def _apply(self, config: dict) -> None:
+        self.run_id += 1
+        run = self.run_id
+        c = TuneConfig.from_dict(config)
+        events = [protocol.RunStarted(run, c.to_dict(), c.label(), 8)]
+        compile_s = None
+        if c.compile_mode != "off":
+            compile_s = 12.5
+            events += [protocol.CompileStarted(run), protocol.CompileFinished(run, compile_s)]
+        kind = self.fail.get(c.precision)
+        if kind:
+            events.append(protocol.RunFailed(run, kind, f"{kind} injected by the fake worker"))
+            self._emit(*events)
+            return
+        speed = speed_of(config)
+        step_ms = 8 * 128 / speed * 1e3
+        for step in range(self.steps):
+            wobble = 1.0 + 0.04 * ((step * 7) % 5 - 2) / 2
+            events.append(
+                protocol.StepMeasured(
+                    run_id=run, step=step, step_ms=step_ms * wobble, tokens_per_s=speed / wobble,
+                    loss=10.8 - 0.05 * step - 0.01 * run, mfu=0.012 * speed / 10_000,
+                    memory_allocated_bytes=50 << 20, peak_memory_bytes=(80 << 20) - (10 << 20) * (c.checkpointing != "off"),
+                    wall_time=1_700_000_000.0 + run * 100 + step,
+                )
+            )
+        result = protocol.TrialResult(
+            config=c.to_dict(), label=c.label(), status="ok", workload="gpt2-tiny", device=self.caps.device,
+            batch_size=8, sequence_length=128, tokens_per_s=speed, samples_per_s=speed / 128, step_ms=step_ms,
+            mfu=0.012 * speed / 10_000, mfu_peak_tflops=2.0, mfu_peak_source="cpu probe",
+            peak_memory_bytes=(80 << 20), compile_s=compile_s or 0.05, measured_steps=20,
+            loss_ok=True, loss_max_rel_error=0.001, loss_tolerance=0.01,
+        )
+        events.append(protocol.TrialFinished(run, result))
+        self._emit(*events)
+
+    def wait_event(self, timeout: float):
+        with self._cond:
+            if not self.events:
+                self._cond.wait(timeout)
+            if self.events:
+                return self.events.popleft()
+        return None
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def exitcode(self):
+        return self.code
+
+    def kill(self) -> None:
+        with self._cond:
+            self.alive, self.code = False, -9
+            self._cond.notify_all()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.alive = False
+        if self.code is None:
+            self.code = 0
+
+
+class FakeSampler:
+    """Telemetry from a fixed H200-like sample (or none, with the real no-NVML reason)."""
+
+    def __init__(self, gpu: bool = True):
+        self.gpu = gpu
+        self.closed = False
+
+    def sample(self, pid=None) -> TelemetrySample:
+        gpus = ()
+        if self.gpu:
+            gpus = (
+                GpuSample(0, "NVIDIA H200", 87.0, 61 << 30, 141 << 30, 512.0, 700.0, 61.0, 1980, 1980, 78.0, 44.0),
+            )
+        return TelemetrySample(
+            wall_time=1_700_000_000.0,
+            gpus=gpus,
+            gpu_unavailable=None if gpus else "NVML not available: library not found (no NVIDIA driver)",
+            host=HostSample(23.0, 16, 12 << 30, 128 << 30),
+            process=ProcessSample(4242, 101.0, 2 << 30, 24, 2) if pid else None,
+            process_note="" if pid else "no worker process",
+        )
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.05) -> None:
+    """Let the app run until `condition()` holds; fail with a clear message if it does not."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await pilot.pause(step)
+
+
+def async_test(fn):
+    """Run an `async def` test with asyncio.run (no pytest-asyncio in the test dependencies)."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper

@@ -1,0 +1,21 @@
+"""The Textual dashboard. Imports no torch: it talks to the worker through the protocol only.
+
+`run_dashboard(spec, start_config)` is what `gputune` (no subcommand) calls.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from strategies.config import TuneConfig
+    from tuner_tui.engine.client import WorkerSpec
+
+
+def run_dashboard(spec: "WorkerSpec", start_config: "TuneConfig | None" = None) -> int:
+    from tuner_tui.app.app import run_dashboard as _run
+
+    return _run(spec, start_config)
+
+
+__all__ = ["run_dashboard"]

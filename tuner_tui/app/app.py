@@ -1,0 +1,487 @@
+"""`GputuneApp`: the dashboard. It speaks to the worker only through protocol messages.
+
+The event source is injected (`source_factory`): the real dashboard passes a factory of
+`WorkerClient`s, tests pass fakes that replay recorded events. Telemetry is sampled in a thread of
+this process, so the GPU and host panels keep moving while the worker compiles or is restarted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header
+from textual.worker import get_current_worker
+
+from strategies.config import ConfigError, ExportedConfig, TuneConfig, save
+from tuner_tui.app import format as fmt
+from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
+from tuner_tui.app.screens.export import ExportRequest, ExportScreen
+from tuner_tui.app.screens.help import HelpScreen
+from tuner_tui.app.session import Row, Session
+from tuner_tui.app.widgets.config_view import ConfigView
+from tuner_tui.app.widgets.figures import CurrentFigures
+from tuner_tui.app.widgets.gpu_panel import GpuPanel
+from tuner_tui.app.widgets.host_panel import HostPanel
+from tuner_tui.app.widgets.leaderboard import Leaderboard
+from tuner_tui.app.widgets.plot import TimeSeriesPlot
+from tuner_tui.app.widgets.run_status import RunStatus
+from tuner_tui.app.widgets.toggles import TogglesPanel
+from tuner_tui.engine import protocol
+
+REFRESH_S = 0.2
+"""Live panels redraw five times a second (step events in between collapse into one redraw)."""
+TELEMETRY_S = 0.5
+CRASHES_BEFORE_BASELINE = 2
+"""A configuration that killed the worker this many times is not re-applied after a restart."""
+
+
+class TelemetrySampled(Message):
+    def __init__(self, sample: Any) -> None:
+        super().__init__()
+        self.sample = sample
+
+
+def measured_figures(result: protocol.TrialResult) -> dict:
+    """The [measured] table of an exported file."""
+    keys = (
+        "status", "tokens_per_s", "samples_per_s", "step_ms", "step_ms_min", "step_ms_max",
+        "mfu", "mfu_peak_tflops", "mfu_peak_source", "peak_memory_bytes", "peak_reserved_bytes",
+        "compile_s", "warmup_s", "measured_steps", "batch_size", "sequence_length", "device",
+        "loss_ok", "loss_max_rel_error",
+    )
+    d = result.to_dict()
+    return {k: d[k] for k in keys if d.get(k) not in (None, "")}
+
+
+def _default_sampler():
+    from tuner_tui.engine.telemetry import TelemetrySampler
+
+    return TelemetrySampler()
+
+
+class GputuneApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gputune"
+
+    BINDINGS = [
+        Binding("a", "apply", "Apply"),
+        Binding("p", "toggle_pause", "Pause/Resume"),
+        Binding("r", "reapply", "Re-apply row"),
+        Binding("e", "export", "Export"),
+        Binding("s", "sort", "Sort"),
+        Binding("b", "baseline", "Baseline", show=False),
+        Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        source_factory: Callable[[], EventSource],
+        start_config: TuneConfig | None = None,
+        sampler_factory: Callable[[], Any] | None = _default_sampler,
+        *,
+        auto_restart: bool = True,
+        subtitle: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        telemetry_interval: float = TELEMETRY_S,
+    ) -> None:
+        super().__init__()
+        self.source_factory = source_factory
+        self.start_config = start_config
+        self.sampler_factory = sampler_factory
+        self.auto_restart = auto_restart
+        self.clock = clock
+        self.telemetry_interval = telemetry_interval
+        self.sub_title = subtitle
+        self.session = Session()
+        self.reader: EventReader | None = None
+        self.baseline_config = TuneConfig()
+        self.last_requested: TuneConfig | None = None
+        """The configuration last sent to the worker (re-applied after a restart)."""
+        self._deferred: TuneConfig | None = None
+        """Asked for before the worker was ready; sent on WorkerReady."""
+        self._queue: list[TuneConfig] = []
+        """Configurations to apply once the current trial is over (the start config after the
+        baseline)."""
+        self._crashes: dict[TuneConfig, int] = {}
+        self._ready_once = False
+        self._row_chosen = False
+        self._plots_version = -1
+        self._telemetry_stop = threading.Event()
+        self._quitting = False
+
+    # -- layout ----------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="⚡")
+        yield RunStatus(id="status")
+        with Horizontal(id="main"):
+            yield TogglesPanel(self.start_config or self.baseline_config, id="toggles")
+            with Vertical(id="plots"):
+                yield TimeSeriesPlot("tokens/s", fmt.rate, id="plot-throughput", color="green")
+                yield TimeSeriesPlot("step ms", fmt.milliseconds, id="plot-step", color="cyan")
+                yield TimeSeriesPlot("loss", fmt.loss, id="plot-loss", color="magenta", zero_based=False)
+            with Vertical(id="side"):
+                yield CurrentFigures(id="figures")
+                yield GpuPanel(id="gpu")
+                yield HostPanel(id="host")
+        with Horizontal(id="bottom"):
+            yield Leaderboard(id="leaderboard")
+            yield ConfigView(id="config-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # Held directly: timers and thread messages may arrive while another screen is on top.
+        self.toggles = self.query_one(TogglesPanel)
+        self.leaderboard = self.query_one(Leaderboard)
+        self.config_view = self.query_one(ConfigView)
+        self.status_line = self.query_one(RunStatus)
+        self.figures = self.query_one(CurrentFigures)
+        self.gpu_panel = self.query_one(GpuPanel)
+        self.host_panel = self.query_one(HostPanel)
+        self.plots = {
+            "throughput": self.query_one("#plot-throughput", TimeSeriesPlot),
+            "step": self.query_one("#plot-step", TimeSeriesPlot),
+            "loss": self.query_one("#plot-loss", TimeSeriesPlot),
+        }
+        self.query_one("#toggles").border_title = "options"
+        self.query_one("#figures").border_title = "current run"
+        self.query_one("#gpu").border_title = "GPU"
+        self.query_one("#host").border_title = "host"
+        self.query_one("#leaderboard").border_title = "leaderboard"
+        self.query_one("#config-view").border_title = "configuration"
+        self.config_view.show(None)
+        self.reader = EventReader(self.source_factory, self.post_message, self.auto_restart)
+        self.reader.start()
+        self.set_interval(REFRESH_S, self.refresh_live)
+        if self.sampler_factory is not None:
+            self.sample_telemetry()
+        else:
+            self.gpu_panel.update("telemetry off")
+        self.refresh_live()
+
+    def on_unmount(self) -> None:
+        self._telemetry_stop.set()
+        if self.reader is not None:
+            self.reader.close()
+
+    # -- telemetry thread ------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False, name="telemetry")
+    def sample_telemetry(self) -> None:
+        worker = get_current_worker()
+        sampler = self.sampler_factory()
+        try:
+            while not worker.is_cancelled and not self._telemetry_stop.is_set():
+                pid = self.reader.pid if self.reader is not None else None
+                self.post_message(TelemetrySampled(sampler.sample(pid)))
+                self._telemetry_stop.wait(self.telemetry_interval)
+        finally:
+            sampler.close()
+
+    def on_telemetry_sampled(self, message: TelemetrySampled) -> None:
+        self.gpu_panel.sample = message.sample
+        self.host_panel.sample = message.sample
+
+    # -- worker events ---------------------------------------------------------------------------
+    def on_events_ready(self, message: EventsReady) -> None:
+        if self.reader is None:
+            return
+        events = self.reader.take()
+        now = self.clock()
+        rows_before = len(self.session.rows)
+        for event in events:
+            self.session.apply(event, now)
+            self._react(event)
+        self.leaderboard.show(self.session)
+        if len(self.session.rows) != rows_before or not self._row_chosen:
+            self._show_selected_row()
+
+    def _react(self, event: Any) -> None:
+        """What the app does about an event beyond recording it."""
+        if isinstance(event, protocol.WorkerReady):
+            self.toggles.capabilities = self.session.capabilities
+            self._on_worker_ready()
+        elif isinstance(event, protocol.RunStarted):
+            try:
+                self.toggles.mark_applied(TuneConfig.from_dict(event.config))
+            except ConfigError:
+                pass
+        elif isinstance(event, protocol.TrialFinished):
+            result = event.result
+            self.notify(
+                f"{result.label}: {fmt.rate(result.tokens_per_s)} tokens/s, "
+                f"{fmt.milliseconds(result.step_ms)} ms/step",
+                title="measured",
+                timeout=4,
+            )
+            self._next_in_queue()
+        elif isinstance(event, protocol.RunFailed):
+            if self.session.capabilities is None and self.reader is not None:
+                # The worker could not even set up (bad workload, device or data): a restart
+                # would fail the same way.
+                self.reader.auto_restart = False
+            self.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
+            self._next_in_queue()
+        elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
+            self.notify(event.text, severity="warning" if event.level == "warning" else "error")
+
+    def _on_worker_ready(self) -> None:
+        if not self._ready_once:
+            self._ready_once = True
+            first = [self.baseline_config]
+            if self.start_config is not None and self.start_config != self.baseline_config:
+                first.append(self.start_config)
+            self._queue = first[1:]
+            self.apply_config(first[0])
+            return
+        if self._deferred is not None:
+            config, self._deferred = self._deferred, None
+            self.apply_config(config)
+            return
+        config = self.last_requested or self.baseline_config
+        if self._crashes.get(config, 0) >= CRASHES_BEFORE_BASELINE:
+            self.notify(
+                f"{config.label()} killed the worker {self._crashes[config]} times; "
+                "applying the baseline instead",
+                severity="warning",
+            )
+            config = self.baseline_config
+        self.apply_config(config)
+
+    def _next_in_queue(self) -> None:
+        if self._queue:
+            self.apply_config(self._queue.pop(0))
+
+    def on_worker_started(self, message: WorkerStarted) -> None:
+        self.session.worker_started(message.pid)
+
+    def on_worker_exited(self, message: WorkerExited) -> None:
+        if self._quitting:
+            return
+        if message.reason == "restart requested":
+            self.notify("worker restarted; the last configuration will be re-applied")
+            self.session.worker_died(message.exitcode, crashed=False)
+            return
+        text = self.session.worker_died(message.exitcode)
+        if message.pid is None and message.reason:
+            text = message.reason
+            self.session.worker_note = text
+        if self.last_requested is not None:
+            self._crashes[self.last_requested] = self._crashes.get(self.last_requested, 0) + 1
+        tail = "; starting a new worker" if message.restarting else (f"; {message.reason}" if message.reason else "")
+        self.notify(text + tail, title="worker died", severity="error", timeout=10)
+        self.leaderboard.show(self.session)
+
+    # -- live refresh ----------------------------------------------------------------------------
+    def refresh_live(self) -> None:
+        now = self.clock()
+        session = self.session
+        self.status_line.show(session, now)
+        self.figures.show(session, now)
+        if session.version == self._plots_version:
+            return
+        self._plots_version = session.version
+        dropped = session.throughput.dropped
+        markers = [(m.position - dropped, m.number) for m in session.markers if m.position >= dropped]
+        self.plots["throughput"].set_data(session.throughput.values, markers)
+        self.plots["step"].set_data(session.step_ms.values, markers)
+        self.plots["loss"].set_data(session.loss.values, markers)
+
+    # -- leaderboard selection -------------------------------------------------------------------
+    def _selected_row(self) -> Row | None:
+        number = self.leaderboard.selected_number()
+        return next((r for r in self.session.rows if r.number == number), None)
+
+    def _show_selected_row(self) -> None:
+        """The chosen row, or until the user picks one, the current run's (or the last) row."""
+        if self._row_chosen:
+            row = self._selected_row()
+        else:
+            row = self.session.row_for_run(self.session.run_id) or (self.session.rows[-1] if self.session.rows else None)
+        self.config_view.show(row)
+
+    @on(DataTable.RowHighlighted, "#leaderboard")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.leaderboard.has_focus:
+            self._row_chosen = True
+        self._show_selected_row()
+
+    @on(DataTable.RowSelected, "#leaderboard")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self._row_chosen = True
+        self._show_selected_row()
+
+    @on(Leaderboard.Sorted)
+    def _sorted(self, event: Leaderboard.Sorted) -> None:
+        direction = "descending" if event.reverse else "ascending"
+        self.notify(f"leaderboard sorted by {event.column}, {direction}", timeout=2)
+
+    # -- applying --------------------------------------------------------------------------------
+    def apply_config(self, config: TuneConfig) -> bool:
+        """Send `config` to the worker (or keep it until the worker is ready)."""
+        caps = self.session.capabilities
+        if caps is not None:
+            try:
+                config.check_runnable(caps)
+            except ConfigError as exc:
+                self.notify(str(exc), title="cannot apply", severity="error", timeout=8)
+                return False
+        self.last_requested = config
+        sent = caps is not None and self.reader is not None and self.reader.send(
+            protocol.ApplyConfig(config.to_dict())
+        )
+        if sent:
+            self.session.applying(config.label())
+        else:
+            self._deferred = config
+            self.notify(f"{config.label()} will be applied when the worker is ready", timeout=3)
+        return True
+
+    @on(TogglesPanel.ApplyRequested)
+    def _apply_requested(self, event: TogglesPanel.ApplyRequested) -> None:
+        if event.config is None:
+            self.notify(event.problem, title="cannot apply", severity="error", timeout=8)
+            return
+        self._queue.clear()
+        if self.apply_config(event.config):
+            self.notify(f"applying {event.config.label()}", timeout=3)
+
+    def action_apply(self) -> None:
+        self.toggles.request_apply()
+
+    def action_reapply(self) -> None:
+        row = self._selected_row()
+        if row is None:
+            self.notify("The leaderboard is empty: nothing to re-apply.", severity="warning")
+            return
+        try:
+            config = TuneConfig.from_dict(row.result.config)
+        except ConfigError as exc:
+            self.notify(str(exc), title="cannot re-apply", severity="error")
+            return
+        self.toggles.set_config(config, applied=False)
+        self._queue.clear()
+        if self.apply_config(config):
+            self.notify(f"re-applying run {row.number}: {config.label()}", timeout=3)
+
+    def action_baseline(self) -> None:
+        self.toggles.set_config(self.baseline_config, applied=False)
+        self._queue.clear()
+        self.apply_config(self.baseline_config)
+
+    def action_toggle_pause(self) -> None:
+        paused = self.session.worker_state == "paused"
+        command = protocol.Resume() if paused else protocol.Pause()
+        if self.reader is None or not self.reader.send(command):
+            self.notify("No worker to pause.", severity="warning")
+
+    def action_sort(self) -> None:
+        self.leaderboard.cycle_sort()
+
+    @work(thread=True, group="restart", exclusive=True, exit_on_error=False)
+    def action_restart_worker(self) -> None:
+        if self.reader is not None:
+            self.reader.restart_worker()
+
+    # -- export ----------------------------------------------------------------------------------
+    def export_target(self) -> tuple[str, ExportedConfig] | None:
+        """What `e` exports: the chosen leaderboard row, else the current configuration."""
+        row = self._selected_row() if self._row_chosen else None
+        environment = dict(self.session.environment)
+        workload = str(self.session.workload.get("name", ""))
+        if row is not None:
+            config = TuneConfig.from_dict(row.result.config)
+            what = f"run {row.number}: {row.result.label} ({row.result.status})"
+            return what, ExportedConfig(config, measured_figures(row.result), environment, workload)
+        if self.session.run_config:
+            config = TuneConfig.from_dict(self.session.run_config)
+        else:
+            config = self.last_requested or self.toggles.applied
+        result = self.session.current_result()
+        measured = measured_figures(result) if result is not None else {}
+        return f"current configuration: {config.label()}", ExportedConfig(config, measured, environment, workload)
+
+    def action_export(self) -> None:
+        try:
+            target = self.export_target()
+        except ConfigError as exc:
+            self.notify(str(exc), title="cannot export", severity="error")
+            return
+        what, exported = target
+
+        def write(request: ExportRequest | None) -> None:
+            if request is None:
+                return
+            try:
+                path = save(exported, request.path, request.fmt)
+            except ConfigError as exc:
+                self.notify(str(exc), title="export failed", severity="error", timeout=10)
+                return
+            self.notify(f"{exported.config.label()} → {path.resolve()}", title="exported", timeout=8)
+
+        self.push_screen(ExportScreen(what), write)
+
+    # -- help, palette, quit ---------------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Apply options", "Send the options panel's configuration to the worker", self.action_apply)
+        yield SystemCommand("Pause / resume training", "Pause the worker, or resume it", self.action_toggle_pause)
+        yield SystemCommand("Re-apply selected row", "Apply the configuration of the selected leaderboard row", self.action_reapply)
+        yield SystemCommand("Export configuration", "Write the selected row (or the current configuration) to TOML or JSON", self.action_export)
+        yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
+        yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
+        yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
+        yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
+        yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
+
+    async def action_quit(self) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        self.session.worker_state = "stopped"
+        self.notify("stopping the worker…", timeout=2)
+        self._stop_and_exit()
+
+    @work(thread=True, group="shutdown", exit_on_error=False)
+    def _stop_and_exit(self) -> None:
+        self._telemetry_stop.set()
+        if self.reader is not None:
+            self.reader.close()
+        self.call_from_thread(self.exit, 0)
+
+
+def run_dashboard(spec: Any, start_config: TuneConfig | None = None) -> int:
+    """Open the dashboard on a worker built from `spec` (a `WorkerSpec`); returns the exit code."""
+    import signal
+
+    from tuner_tui.engine.client import WorkerClient
+
+    subtitle = f"{spec.workload} · {spec.device}"
+    app = GputuneApp(lambda: WorkerClient(spec), start_config, subtitle=subtitle)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # Runs in the main thread between bytecodes; exit through the app's loop.
+        app.call_later(app.exit, 0)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        code = app.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if app.reader is not None:
+            app.reader.close()
+    return 0 if code is None else int(code)

@@ -1,0 +1,66 @@
+"""How figures are written on screen: short, fixed-width-friendly, "—" for unknown."""
+
+from __future__ import annotations
+
+UNKNOWN = "—"
+
+
+def rate(value: float | None) -> str:
+    """12.3k, 1.20M: tokens/s and samples/s."""
+    if value is None:
+        return UNKNOWN
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{suffix}" if abs(value) < 100 * factor else f"{value / factor:.0f}{suffix}"
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def size(num_bytes: float | None) -> str:
+    """1.5 GiB, 312 MiB."""
+    if num_bytes is None:
+        return UNKNOWN
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{value:.0f} B"
+    return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+
+
+def percent(value: float | None, digits: int = 0) -> str:
+    return UNKNOWN if value is None else f"{value:.{digits}f}%"
+
+
+def fraction(value: float | None) -> str:
+    """MFU and other 0..1 ratios, as percent."""
+    return UNKNOWN if value is None else f"{100 * value:.1f}%"
+
+
+def milliseconds(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
+    return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, secs = divmod(int(round(value)), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def speedup(value: float | None) -> str:
+    """Change against the baseline as a factor: ×1.23."""
+    return UNKNOWN if value is None else f"×{value:.2f}"
+
+
+def loss(value: float | None) -> str:
+    if value is None:
+        return UNKNOWN
+    if value != value:  # NaN
+        return "nan"
+    return f"{value:.4g}"

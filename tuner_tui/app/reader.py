@@ -1,0 +1,269 @@
+"""The thread between the worker process and the UI.
+
+It owns the event source (a `WorkerClient`, or a fake in tests): starts it, waits on its events
+and its process sentinel, and hands events to the app in order. Events are queued, and a single
+`EventsReady` message is posted whenever the queue goes from empty to non-empty, so a flood of
+`StepMeasured` costs the UI one wake-up per batch rather than one per step. A dead source is
+reported (`WorkerExited`) within a sentinel wait (0.25 s) and restarted, unless it keeps dying.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Protocol
+
+from textual.message import Message
+
+RESTART_LIMIT = 3
+"""Deaths within RESTART_WINDOW_S after which the reader stops restarting the worker."""
+RESTART_WINDOW_S = 60.0
+WAIT_S = 0.25
+
+
+class EventSource(Protocol):
+    """What the reader needs from a worker; `WorkerClient` has it, tests pass a fake."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def send(self, command: Any) -> None: ...
+
+    def wait_event(self, timeout: float) -> Any | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def exitcode(self) -> int | None: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+
+class EventsReady(Message):
+    """Worker events are waiting in the reader: call `EventReader.take()`."""
+
+
+class WorkerStarted(Message):
+    def __init__(self, pid: int | None, restart: bool) -> None:
+        super().__init__()
+        self.pid = pid
+        self.restart = restart
+
+
+class WorkerExited(Message):
+    def __init__(self, pid: int | None, exitcode: int | None, restarting: bool, reason: str = "") -> None:
+        super().__init__()
+        self.pid = pid
+        self.exitcode = exitcode
+        self.restarting = restarting
+        self.reason = reason
+
+
+@contextlib.contextmanager
+def _process_stderr():
+    """Inside a running Textual app sys.stderr is a capture object whose fileno() is -1; the
+    first multiprocessing Queue starts the resource tracker, which passes that fd on and fails
+    ("bad value(s) in fds_to_keep"). Creating the worker with the real stderr avoids it."""
+    saved = sys.stderr
+    if sys.__stderr__ is not None:
+        sys.stderr = sys.__stderr__
+    try:
+        yield
+    finally:
+        sys.stderr = saved
+
+
+def _descendants(pid: int | None) -> list:
+    """The worker's child processes (torch.compile's compile workers), to reap after it stops."""
+    if pid is None:
+        return []
+    try:
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:
+        return []
+
+
+def _reap(processes: list) -> None:
+    """Terminate, then kill, whatever of `processes` outlived the worker."""
+    if not processes:
+        return
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for p in alive:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=2.0)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+class EventReader(threading.Thread):
+    """Run with `start()`; send commands with `send()` from the UI thread; `close()` stops the
+    worker and the thread (idempotent)."""
+
+    def __init__(
+        self,
+        source_factory: Callable[[], EventSource],
+        post: Callable[[Message], Any],
+        auto_restart: bool = True,
+    ) -> None:
+        super().__init__(name="gputune-reader", daemon=True)
+        self._factory = source_factory
+        self._post = post
+        self.auto_restart = auto_restart
+        self._lock = threading.Lock()
+        self._events: deque = deque()
+        self._notified = False
+        self._stopping = threading.Event()
+        self._source: EventSource | None = None
+        self._source_lock = threading.Lock()
+        self._deaths: deque[float] = deque()
+        self._closed = False
+        self._manual_restart = threading.Event()
+        self._restart_requested = False
+
+    # -- UI side ---------------------------------------------------------------------------------
+    def take(self) -> list:
+        """All queued events, oldest first."""
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+            self._notified = False
+        return events
+
+    def send(self, command: Any) -> bool:
+        """Send a command to the current worker; False when there is none to take it."""
+        with self._source_lock:
+            source = self._source
+            if source is None or not source.is_alive():
+                return False
+            try:
+                source.send(command)
+            except Exception:
+                return False
+        return True
+
+    @property
+    def pid(self) -> int | None:
+        source = self._source
+        return source.pid if source is not None else None
+
+    def restart_worker(self) -> None:
+        """Ask for a fresh worker (the current one is stopped); the loop notices and restarts."""
+        self._deaths.clear()
+        self._restart_requested = True
+        self._manual_restart.set()
+        with self._source_lock:
+            source = self._source
+        if source is not None:
+            source.stop(timeout=2.0)
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping.set()
+        if self.is_alive():
+            self.join(timeout)
+        # If the thread never ran or is stuck, stop the worker from here.
+        with self._source_lock:
+            source = self._source
+            self._source = None
+        if source is not None:
+            self._stop_source(source)
+
+    # -- reader thread ---------------------------------------------------------------------------
+    def _deliver(self, event: Any) -> None:
+        with self._lock:
+            self._events.append(event)
+            notify = not self._notified
+            self._notified = True
+        if notify:
+            self._post(EventsReady())
+
+    def _start_source(self, restart: bool) -> EventSource:
+        source = self._factory()
+        with _process_stderr():
+            source.start()
+        with self._source_lock:
+            self._source = source
+        self._post(WorkerStarted(source.pid, restart))
+        return source
+
+    def _stop_source(self, source: EventSource) -> None:
+        children = _descendants(source.pid)
+        try:
+            source.stop()
+        finally:
+            _reap(children)
+
+    def _should_restart(self) -> bool:
+        now = time.monotonic()
+        self._deaths.append(now)
+        while self._deaths and now - self._deaths[0] > RESTART_WINDOW_S:
+            self._deaths.popleft()
+        return self.auto_restart and len(self._deaths) < RESTART_LIMIT
+
+    def run(self) -> None:
+        try:
+            source = self._start_source(restart=False)
+        except Exception as exc:  # the worker could not even be spawned
+            self._post(WorkerExited(None, None, False, f"could not start the worker: {type(exc).__name__}: {exc}"))
+            return
+        try:
+            while not self._stopping.is_set():
+                try:
+                    event = source.wait_event(WAIT_S)
+                except (OSError, ValueError, EOFError):
+                    # The queues were closed under us (a restart request stopped the source).
+                    event = None
+                    time.sleep(0.05)
+                if event is not None:
+                    self._deliver(event)
+                    continue
+                if source.is_alive() or self._stopping.is_set():
+                    continue
+                # Dead: whatever it sent before dying has been drained by wait_event.
+                if self._restart_requested:
+                    self._restart_requested = False
+                    restart, reason = True, "restart requested"
+                else:
+                    restart = self._should_restart()
+                    reason = "" if restart or not self.auto_restart else (
+                        f"the worker died {RESTART_LIMIT} times within {RESTART_WINDOW_S:.0f} s; "
+                        "not restarting it (ctrl+r restarts it)"
+                    )
+                self._manual_restart.clear()
+                self._post(WorkerExited(source.pid, source.exitcode(), restart, reason))
+                children = _descendants(source.pid)
+                with self._source_lock:
+                    self._source = None
+                source.stop(timeout=1.0)
+                _reap(children)
+                if not restart:
+                    # Wait for a manual restart request (restart_worker clears the deaths).
+                    while not self._stopping.is_set() and not self._manual_restart.wait(0.25):
+                        pass
+                    if self._stopping.is_set():
+                        return
+                    self._manual_restart.clear()
+                    self._restart_requested = False
+                source = self._start_source(restart=True)
+        finally:
+            with self._source_lock:
+                current, self._source = self._source, None
+            if current is not None:
+                self._stop_source(current)
+

@@ -1,0 +1,1 @@
+"""Modal screens: the export dialog and the help."""

@@ -1,0 +1,293 @@
+"""What the dashboard knows about this session, as plain data updated by pure event handling.
+
+`Session.apply(event)` folds one worker event into the state; the widgets only read it. Keeping
+this apart from Textual makes the bookkeeping (markers, leaderboard rows, baseline, crashes)
+testable without an app, and lets a recorded event list rebuild the same screen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import Capabilities
+from tuner_tui.engine import protocol
+
+SERIES_CAPACITY = 4096
+"""Steps kept for the plots; older ones scroll out."""
+
+LOG_CAPACITY = 200
+
+
+class Series:
+    """Values indexed by a session-wide step counter; keeps the last `capacity` of them."""
+
+    def __init__(self, capacity: int = SERIES_CAPACITY) -> None:
+        self.values: deque[float] = deque(maxlen=capacity)
+        self.dropped = 0
+        """How many values scrolled out; value i is step `dropped + i`."""
+
+    def append(self, value: float) -> None:
+        if len(self.values) == self.values.maxlen:
+            self.dropped += 1
+        self.values.append(value)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def end(self) -> int:
+        """Step counter of the next value."""
+        return self.dropped + len(self.values)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A configuration change, drawn on the plots at step `position` (session-wide counter)."""
+
+    position: int
+    number: int
+    """The run's number in this session, the same as its leaderboard row's."""
+    label: str
+
+
+@dataclass
+class Row:
+    """One leaderboard row: a configuration tried in this session."""
+
+    number: int
+    """Session-wide run number (run ids restart with each worker process)."""
+    key: tuple[int, int] | None
+    """(worker generation, run id) of the run that produced it."""
+    result: protocol.TrialResult
+
+    @property
+    def ok(self) -> bool:
+        return self.result.status == "ok"
+
+
+def failed_result(config: dict, label: str, status: str, message: str) -> protocol.TrialResult:
+    return protocol.TrialResult(config=dict(config), label=label, status=status, message=message)
+
+
+def config_label(config: dict) -> str:
+    try:
+        return TuneConfig.from_dict(config).label()
+    except ConfigError:
+        return "invalid configuration"
+
+
+@dataclass
+class Session:
+    """Everything the panels show, built from worker events (and a few app-level facts)."""
+
+    capabilities: Capabilities | None = None
+    environment: dict = field(default_factory=dict)
+    workload: dict = field(default_factory=dict)
+    worker_pid: int | None = None
+    worker_state: str = "starting"
+    """starting, ready, applying, running, compiling, paused, idle (after a failure), dead,
+    stopped."""
+    worker_note: str = ""
+    """A line about the worker's state (why it died, what it is restarting)."""
+
+    run_id: int | None = None
+    run_label: str = ""
+    run_config: dict = field(default_factory=dict)
+    batch_size: int = 0
+    compile_started_at: float | None = None
+    """Monotonic time at which the current compile began; None when not compiling."""
+    compile_s: float | None = None
+    """Compile time of the current run, once known."""
+    paused_state: str = "running"
+    generation: int = 0
+    """How many workers were started; part of every run's key."""
+    run_number: int = 0
+    """Runs started this session; the number of the current run."""
+
+    last_step: protocol.StepMeasured | None = None
+    throughput: Series = field(default_factory=Series)
+    step_ms: Series = field(default_factory=Series)
+    loss: Series = field(default_factory=Series)
+    markers: list[Marker] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    logs: deque = field(default_factory=lambda: deque(maxlen=LOG_CAPACITY))
+    version: int = 0
+    """Incremented on every change; widgets redraw when it moved."""
+
+    # -- queries ---------------------------------------------------------------------------------
+    @property
+    def baseline(self) -> Row | None:
+        """The first row that ran: the change column is measured against it."""
+        return next((r for r in self.rows if r.ok and r.result.tokens_per_s), None)
+
+    def change_vs_baseline(self, row: Row) -> float | None:
+        base = self.baseline
+        if base is None or not row.result.tokens_per_s:
+            return None
+        return row.result.tokens_per_s / base.result.tokens_per_s
+
+    def row_for_run(self, run_id: int | None) -> Row | None:
+        if run_id is None:
+            return None
+        key = (self.generation, run_id)
+        return next((r for r in self.rows if r.key == key), None)
+
+    def _add_row(self, run_id: int | None, result: protocol.TrialResult) -> Row:
+        number = self.run_number if run_id is not None and run_id == self.run_id else len(self.rows) + 1
+        key = (self.generation, run_id) if run_id is not None else None
+        row = Row(number, key, result)
+        self.rows.append(row)
+        return row
+
+    @property
+    def item_name(self) -> str:
+        """What the workload counts per sample: tokens for the language models."""
+        return str(self.workload.get("item_name") or "tokens")
+
+    def current_result(self) -> protocol.TrialResult | None:
+        row = self.row_for_run(self.run_id)
+        return row.result if row else None
+
+    def compiling_for(self, now: float) -> float | None:
+        """Seconds the current compile has run, or None when not compiling."""
+        if self.worker_state != "compiling" or self.compile_started_at is None:
+            return None
+        return max(0.0, now - self.compile_started_at)
+
+    # -- updates ---------------------------------------------------------------------------------
+    def apply(self, event: Any, now: float) -> None:
+        """Fold one worker event in; `now` is time.monotonic() when the UI received it."""
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is not None:
+            handler(event, now)
+            self.version += 1
+
+    def _on_WorkerReady(self, event: protocol.WorkerReady, now: float) -> None:
+        caps = dict(event.capabilities)
+        self.capabilities = Capabilities(**caps)
+        self.environment = dict(event.environment)
+        self.workload = dict(event.workload)
+        self.worker_pid = event.pid
+        self.worker_state = "ready"
+        self.worker_note = ""
+
+    def _on_RunStarted(self, event: protocol.RunStarted, now: float) -> None:
+        self.run_id = event.run_id
+        self.run_label = event.label
+        self.run_config = dict(event.config)
+        self.batch_size = event.batch_size
+        self.compile_started_at = None
+        self.compile_s = None
+        self.worker_state = "running"
+        self.run_number += 1
+        self.markers.append(Marker(self.throughput.end, self.run_number, event.label))
+
+    def _on_CompileStarted(self, event: protocol.CompileStarted, now: float) -> None:
+        if event.run_id == self.run_id:
+            self.worker_state = "compiling"
+            self.compile_started_at = now
+
+    def _on_CompileFinished(self, event: protocol.CompileFinished, now: float) -> None:
+        if event.run_id == self.run_id:
+            self.worker_state = "running"
+            self.compile_started_at = None
+            self.compile_s = event.seconds
+
+    def _on_StepMeasured(self, event: protocol.StepMeasured, now: float) -> None:
+        if event.run_id != self.run_id:
+            return  # a straggler from a run that was replaced
+        if self.worker_state == "compiling":
+            self.worker_state = "running"
+            self.compile_started_at = None
+        self.last_step = event
+        self.throughput.append(event.tokens_per_s)
+        self.step_ms.append(event.step_ms)
+        self.loss.append(event.loss if math.isfinite(event.loss) else math.nan)
+
+    def _on_TrialFinished(self, event: protocol.TrialFinished, now: float) -> None:
+        row = self.row_for_run(event.run_id)
+        if row is not None:
+            row.result = event.result
+        else:
+            self._add_row(event.run_id, event.result)
+        if event.run_id == self.run_id and event.result.compile_s is not None:
+            self.compile_s = self.compile_s if self.compile_s is not None else event.result.compile_s
+
+    def _on_RunFailed(self, event: protocol.RunFailed, now: float) -> None:
+        row = self.row_for_run(event.run_id)
+        if event.result is not None:
+            result = event.result
+        elif row is not None:
+            result = replace(row.result, status=event.kind, message=event.message)
+        else:
+            config = self.run_config if event.run_id == self.run_id else {}
+            label = self.run_label if event.run_id == self.run_id else config_label(config)
+            result = failed_result(config, label, event.kind, event.message)
+        if row is not None:
+            row.result = result
+        else:
+            self._add_row(event.run_id, result)
+        if event.run_id == self.run_id or self.run_id is None:
+            self.worker_state = "idle"
+            self.compile_started_at = None
+        self.logs.append(("error", f"{event.kind}: {event.message}"))
+
+    def _on_Paused(self, event: protocol.Paused, now: float) -> None:
+        if self.worker_state != "paused":
+            self.paused_state = self.worker_state
+        self.worker_state = "paused"
+
+    def _on_Resumed(self, event: protocol.Resumed, now: float) -> None:
+        self.worker_state = self.paused_state if self.paused_state != "paused" else "running"
+
+    def _on_WorkerLog(self, event: protocol.WorkerLog, now: float) -> None:
+        self.logs.append((event.level, event.text))
+
+    # -- app-level facts (not protocol events) ---------------------------------------------------
+    def applying(self, label: str) -> None:
+        """A configuration was sent; the worker builds it (and its loss reference) before the
+        RunStarted that follows."""
+        self.worker_state = "applying"
+        self.worker_note = label
+        self.version += 1
+
+    def worker_started(self, pid: int | None) -> None:
+        self.generation += 1
+        self.run_id = None
+        self.worker_pid = pid
+        self.worker_state = "starting"
+        self.version += 1
+
+    def worker_died(self, exitcode: int | None, crashed: bool = True) -> str:
+        """Record a dead worker; unless it was stopped on purpose (`crashed=False`), the run in
+        flight without a result becomes a crash row. Returns the line to show the user."""
+        how = _exit_description(exitcode)
+        message = f"worker process {self.worker_pid or ''} died ({how})".replace("  ", " ")
+        if not crashed:
+            message = "worker stopped for a restart"
+        if crashed and self.run_id is not None and self.row_for_run(self.run_id) is None:
+            self._add_row(self.run_id, failed_result(self.run_config, self.run_label, "crash", message))
+        self.worker_state = "dead"
+        self.worker_note = message
+        self.compile_started_at = None
+        self.run_id = None
+        self.logs.append(("error", message))
+        self.version += 1
+        return message
+
+
+def _exit_description(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"

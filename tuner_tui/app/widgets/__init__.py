@@ -1,0 +1,1 @@
+"""The dashboard's panels, one widget per module."""

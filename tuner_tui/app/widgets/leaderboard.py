@@ -1,0 +1,133 @@
+"""Every configuration tried this session, sortable, with its change against the baseline."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from tuner_tui.app import format as fmt
+from tuner_tui.app.session import Row, Session
+
+STATUS_STYLE = {"ok": "green", "loss-mismatch": "yellow"}
+
+# (column key, header, sort key). Sort keys put unknown figures last whatever the direction.
+COLUMNS: tuple[tuple[str, str, Callable[[Row, Session], Any]], ...] = (
+    ("number", "#", lambda r, s: r.number),
+    ("label", "configuration", lambda r, s: r.result.label),
+    ("tokens", "tokens/s", lambda r, s: r.result.tokens_per_s),
+    ("change", "vs base", lambda r, s: s.change_vs_baseline(r)),
+    ("step", "step ms", lambda r, s: r.result.step_ms),
+    ("mfu", "MFU", lambda r, s: r.result.mfu),
+    ("memory", "peak mem", lambda r, s: r.result.peak_memory_bytes),
+    ("compile", "compile s", lambda r, s: r.result.compile_s),
+    ("loss", "loss", lambda r, s: r.result.loss_ok),
+    ("status", "status", lambda r, s: r.result.status),
+)
+SORT_KEYS = {key: fn for key, _, fn in COLUMNS}
+SORT_CYCLE = ("number", "tokens", "step", "memory", "compile")
+
+
+def cells(row: Row, session: Session) -> list:
+    r = row.result
+    change = session.change_vs_baseline(row)
+    change_style = "" if change is None else ("green" if change > 1.005 else "red" if change < 0.995 else "")
+    loss = "—" if r.loss_ok is None else ("✓" if r.loss_ok else "✗")
+    return [
+        row.number,
+        r.label,
+        Text(fmt.rate(r.tokens_per_s), justify="right"),
+        Text(fmt.speedup(change), style=change_style, justify="right"),
+        Text(fmt.milliseconds(r.step_ms), justify="right"),
+        Text(fmt.fraction(r.mfu), justify="right"),
+        Text(fmt.size(r.peak_memory_bytes), justify="right"),
+        Text(fmt.seconds(r.compile_s), justify="right"),
+        Text(loss, style="green" if r.loss_ok else "red", justify="center"),
+        Text(r.status, style=STATUS_STYLE.get(r.status, "bold red")),
+    ]
+
+
+def sorted_rows(session: Session, column: str, reverse: bool) -> list[Row]:
+    key = SORT_KEYS[column]
+    known = [r for r in session.rows if key(r, session) is not None]
+    unknown = [r for r in session.rows if key(r, session) is None]
+    return sorted(known, key=lambda r: key(r, session), reverse=reverse) + unknown
+
+
+class Leaderboard(DataTable):
+    """Rows keyed by run number; `show(session)` redraws and keeps the cursor on its row."""
+
+    DEFAULT_CSS = """
+    Leaderboard {
+        height: 1fr;
+    }
+    """
+
+    class Sorted(Message):
+        def __init__(self, column: str, reverse: bool) -> None:
+            super().__init__()
+            self.column = column
+            self.reverse = reverse
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.sort_column = "number"
+        self.sort_reverse = False
+        self._session: Session | None = None
+        self._shown: tuple | None = None
+
+    def on_mount(self) -> None:
+        for key, header, _ in COLUMNS:
+            self.add_column(header, key=key)
+
+    def selected_number(self) -> int | None:
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return int(key.value) if key.value is not None else None
+
+    def show(self, session: Session, force: bool = False) -> None:
+        self._session = session
+        signature = self._signature(session)
+        if not force and self._shown == signature:
+            return
+        self._shown = signature
+        selected = self.selected_number()
+        self.clear()
+        for row in sorted_rows(session, self.sort_column, self.sort_reverse):
+            self.add_row(*cells(row, session), key=str(row.number))
+        if selected is not None:
+            try:
+                self.move_cursor(row=self.get_row_index(str(selected)))
+            except Exception:
+                pass
+
+    @staticmethod
+    def _signature(session: Session) -> tuple:
+        return tuple((r.number, r.result) for r in session.rows)
+
+    def sort_by(self, column: str, reverse: bool | None = None) -> None:
+        if reverse is None:
+            # Same column again flips the direction; figures start best-first.
+            if column == self.sort_column:
+                reverse = not self.sort_reverse
+            else:
+                reverse = column in ("tokens", "change", "mfu")
+        self.sort_column, self.sort_reverse = column, reverse
+        if self._session is not None:
+            self.show(self._session, force=True)
+        self.post_message(self.Sorted(column, reverse))
+
+    def cycle_sort(self) -> None:
+        order = list(SORT_CYCLE)
+        next_column = order[(order.index(self.sort_column) + 1) % len(order)] if self.sort_column in order else order[0]
+        self.sort_by(next_column)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.sort_by(str(event.column_key.value))

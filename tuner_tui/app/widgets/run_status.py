@@ -1,0 +1,60 @@
+"""One line: what the worker is doing (running, compiling… Ns, paused, dead) and on what."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.widgets import Static
+
+from tuner_tui.app.session import Session
+
+STATE_LOOK = {
+    "starting": ("◌", "starting worker…", "yellow"),
+    "ready": ("○", "ready", "cyan"),
+    "applying": ("◌", "building", "yellow"),
+    "running": ("●", "training", "green"),
+    "compiling": ("◐", "compiling…", "bold yellow"),
+    "paused": ("⏸", "paused", "yellow"),
+    "idle": ("○", "idle: the last run failed; apply a configuration", "red"),
+    "dead": ("✖", "worker died", "bold red"),
+    "stopped": ("■", "stopped", "dim"),
+}
+
+
+def status_text(session: Session, now: float) -> Text:
+    glyph, words, style = STATE_LOOK.get(session.worker_state, ("?", session.worker_state, ""))
+    text = Text(no_wrap=True, overflow="ellipsis")
+    compiling = session.compiling_for(now)
+    if compiling is not None:
+        words = f"compiling… {compiling:.0f}s"
+    text.append(f"{glyph} {words}", style=style)
+    if session.worker_state == "applying":
+        text.append(f" {session.worker_note}…", style="bold yellow")
+        return text
+    if session.worker_state == "dead" and session.worker_note:
+        text.append(f"  {session.worker_note}", style="red")
+    if session.run_id is not None:
+        text.append(f"   run {session.run_number}: ", style="dim")
+        text.append(session.run_label, style="bold")
+    workload = session.workload.get("name")
+    if workload:
+        device = (session.capabilities.device if session.capabilities else "") or ""
+        gpu = session.capabilities.gpu_name if session.capabilities else ""
+        where = f"{device} ({gpu})" if gpu else device
+        text.append(f"   {workload} on {where}", style="dim")
+    if session.worker_pid:
+        text.append(f"   pid {session.worker_pid}", style="dim")
+    return text
+
+
+class RunStatus(Static):
+    DEFAULT_CSS = """
+    RunStatus {
+        height: 1;
+        padding: 0 1;
+    }
+    """
+
+    def show(self, session: Session, now: float | None = None) -> None:
+        self.update(status_text(session, time.monotonic() if now is None else now))

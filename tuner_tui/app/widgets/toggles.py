@@ -1,0 +1,352 @@
+"""The options panel, generated from the strategy registry.
+
+One row per option: a Select for "choice", a Switch for "bool", an Input for "int"/"float", and
+one Checkbox per choice for "set". Options (or single choices) this machine cannot run are
+disabled or marked, and the help line under the panel says why. Rows whose value differs from
+the applied configuration are marked, so pending changes are visible before Apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static, Switch
+
+from strategies.config import ConfigError, TuneConfig, parse_value
+from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, option_unavailable
+
+UNAVAILABLE_MARK = " ✗"
+
+
+def probe_value(option: Option) -> Any:
+    """A non-default value, to ask whether the option as a whole needs a capability."""
+    if option.kind == "set":
+        return (option.choices[0],)
+    if option.kind == "bool":
+        return not option.default
+    if option.kind in ("int", "float"):
+        return option.default + 1
+    return option.default
+
+
+def option_reason(option: Option, caps: Capabilities | None) -> str | None:
+    """Why this option cannot be changed from its default on this machine, or None."""
+    if caps is None or option.kind == "choice":
+        return None
+    return option_unavailable(option, probe_value(option), caps)
+
+
+def choice_reasons(option: Option, caps: Capabilities | None) -> dict[Any, str]:
+    if caps is None or option.kind != "choice":
+        return {}
+    reasons = {}
+    for choice in option.choices:
+        reason = option_unavailable(option, choice, caps)
+        if reason:
+            reasons[choice] = reason
+    return reasons
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class TogglesPanel(Widget):
+    """Holds a draft configuration in its widgets; Apply posts `ApplyRequested`."""
+
+    DEFAULT_CSS = """
+    TogglesPanel {
+        layout: vertical;
+    }
+    TogglesPanel > VerticalScroll {
+        height: 1fr;
+    }
+    TogglesPanel .strategy-title {
+        color: $text-muted;
+        text-style: bold;
+        margin-top: 1;
+    }
+    TogglesPanel .option-row {
+        height: auto;
+    }
+    TogglesPanel .option-label {
+        width: 17;
+        padding: 0 1 0 0;
+    }
+    TogglesPanel .option-row.-changed .option-label {
+        color: $warning;
+        text-style: bold;
+    }
+    TogglesPanel .option-row.-unavailable .option-label {
+        color: $error;
+    }
+    TogglesPanel .option-control {
+        width: 1fr;
+    }
+    TogglesPanel Select, TogglesPanel Input {
+        width: 1fr;
+    }
+    TogglesPanel Switch {
+        border: none;
+        height: 1;
+        padding: 0;
+        width: 6;
+    }
+    TogglesPanel Checkbox {
+        border: none;
+        height: 1;
+        padding: 0;
+        background: transparent;
+    }
+    TogglesPanel .set-choices {
+        height: auto;
+    }
+    TogglesPanel #option-help {
+        height: 3;
+        color: $text-muted;
+        padding: 0 1;
+        border-top: solid $primary-background;
+    }
+    TogglesPanel #option-help.-problem {
+        color: $error;
+    }
+    TogglesPanel #apply-row {
+        height: auto;
+        align-horizontal: right;
+    }
+    """
+
+    capabilities: reactive[Capabilities | None] = reactive(None, init=False)
+    """What the worker's machine can run; None until the worker is ready."""
+
+    class ApplyRequested(Message):
+        """The user asked to apply the draft; `config` is validated, `problem` says why not."""
+
+        def __init__(self, config: TuneConfig | None, problem: str = "") -> None:
+            super().__init__()
+            self.config = config
+            self.problem = problem
+
+    def __init__(self, config: TuneConfig, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.applied = config
+        self._initial = config
+        self._owner: dict[Widget, str] = {}
+        self._reasons: dict[str, str] = {}
+        self._choice_reasons: dict[str, dict] = {}
+        self._focused_key: str | None = None
+        self._syncing = False
+
+    # -- building --------------------------------------------------------------------------------
+    def _control(self, option: Option, value: Any) -> Widget:
+        wid = f"opt-{option.key}"
+        if option.kind == "choice":
+            return Select(
+                [(str(c), c) for c in option.choices],
+                value=value,
+                allow_blank=False,
+                compact=True,
+                id=wid,
+                classes="option-control",
+            )
+        if option.kind == "bool":
+            return Switch(value=bool(value), animate=False, id=wid, classes="option-control")
+        if option.kind in ("int", "float"):
+            return Input(
+                value=_shown(value),
+                type="integer" if option.kind == "int" else "number",
+                compact=True,
+                id=wid,
+                classes="option-control",
+            )
+        boxes = [
+            Checkbox(choice, value=choice in value, id=f"{wid}--{choice}", compact=True)
+            for choice in option.choices
+        ]
+        return Vertical(*boxes, classes="set-choices option-control", id=wid)
+
+    def compose(self) -> ComposeResult:
+        values = dict(self._initial.values)
+        with VerticalScroll(id="options"):
+            for strategy in STRATEGIES:
+                yield Static(strategy.name, classes="strategy-title")
+                for option in strategy.options:
+                    control = self._control(option, values[option.key])
+                    with Horizontal(classes="option-row", id=f"row-{option.key}"):
+                        yield Label(option.label or option.key, classes="option-label")
+                        yield control
+        yield Static(id="option-help")
+        with Horizontal(id="apply-row"):
+            yield Button("Apply", id="apply", variant="primary", compact=True)
+
+    def on_mount(self) -> None:
+        for option in OPTIONS.values():
+            for widget in self._widgets_of(option):
+                self._owner[widget] = option.key
+        self._show_help(None)
+        self._mark_changes()
+
+    def _widgets_of(self, option: Option) -> list[Widget]:
+        if option.kind == "set":
+            return list(self.query_one(f"#opt-{option.key}").query(Checkbox))
+        return [self.query_one(f"#opt-{option.key}")]
+
+    # -- reading and writing the draft -----------------------------------------------------------
+    def read_value(self, option: Option) -> Any:
+        if option.kind == "set":
+            return tuple(
+                choice
+                for choice, box in zip(option.choices, self._widgets_of(option))
+                if box.value
+            )
+        widget = self._widgets_of(option)[0]
+        if option.kind in ("int", "float"):
+            text = widget.value.strip()
+            if not text:
+                raise ConfigError(f"{option.key} is empty: {option.describe_allowed()}")
+            return parse_value(option, text)
+        return widget.value
+
+    def draft(self) -> TuneConfig:
+        """The configuration the widgets show; ConfigError names the bad option."""
+        return TuneConfig.from_dict({key: self.read_value(o) for key, o in OPTIONS.items()})
+
+    def set_config(self, config: TuneConfig, applied: bool = True) -> None:
+        """Show `config` in the widgets (after a re-apply or a load)."""
+        self._syncing = True
+        try:
+            for key, value in config.values:
+                option = OPTIONS[key]
+                widgets = self._widgets_of(option)
+                if option.kind == "set":
+                    for choice, box in zip(option.choices, widgets):
+                        box.value = choice in value
+                elif option.kind in ("int", "float"):
+                    widgets[0].value = _shown(value)
+                else:
+                    widgets[0].value = value
+        finally:
+            self._syncing = False
+        if applied:
+            self.applied = config
+        self._mark_changes()
+
+    def mark_applied(self, config: TuneConfig) -> None:
+        self.applied = config
+        self._mark_changes()
+
+    def _mark_changes(self) -> None:
+        applied = dict(self.applied.values)
+        for key, option in OPTIONS.items():
+            row = self.query_one(f"#row-{key}")
+            try:
+                value = self.read_value(option)
+            except ConfigError:
+                value = None
+            if option.kind == "set":
+                value = tuple(value or ())
+            row.set_class(_shown(value) != _shown(applied[key]), "-changed")
+            unavailable = bool(self._reasons.get(key)) or value in self._choice_reasons.get(key, {})
+            row.set_class(unavailable, "-unavailable")
+
+    # -- capabilities ----------------------------------------------------------------------------
+    def watch_capabilities(self, caps: Capabilities | None) -> None:
+        self._reasons.clear()
+        self._choice_reasons.clear()
+        for key, option in OPTIONS.items():
+            reason = option_reason(option, caps)
+            widgets = self._widgets_of(option)
+            if reason:
+                self._reasons[key] = reason
+            for widget in widgets:
+                widget.disabled = bool(reason) and not self._is_set(widget, option)
+                widget.tooltip = reason
+            reasons = choice_reasons(option, caps)
+            if reasons:
+                self._choice_reasons[key] = reasons
+                select = widgets[0]
+                current = select.value
+                select.set_options(
+                    [(str(c) + (UNAVAILABLE_MARK if c in reasons else ""), c) for c in option.choices]
+                )
+                select.value = current
+        self._mark_changes()
+        self._show_help(self._focused_key)
+
+    @staticmethod
+    def _is_set(widget: Widget, option: Option) -> bool:
+        # A disabled option whose value is already non-default stays editable so it can be reset.
+        return option.kind == "set" and bool(getattr(widget, "value", False))
+
+    # -- help line -------------------------------------------------------------------------------
+    def _show_help(self, key: str | None) -> None:
+        help_line = self.query_one("#option-help", Static)
+        if key is None:
+            help_line.update(Text("Change options, then Apply (a). Tab moves between options.", style="dim"))
+            help_line.set_class(False, "-problem")
+            return
+        option = OPTIONS[key]
+        text = Text()
+        text.append(f"{key}: ", style="bold")
+        text.append(option.help)
+        problem = self._reasons.get(key)
+        if problem is None:
+            try:
+                value = self.read_value(option)
+            except ConfigError as exc:
+                problem = str(exc)
+            else:
+                problem = self._choice_reasons.get(key, {}).get(value)
+        if problem:
+            text.append(f"\n{problem}", style="bold")
+        help_line.update(text)
+        help_line.set_class(bool(problem), "-problem")
+
+    def on_descendant_focus(self, event: Any) -> None:
+        key = self._owner.get(event.widget)
+        if key is not None:
+            self._focused_key = key
+            self._show_help(key)
+
+    # -- changes ---------------------------------------------------------------------------------
+    def _changed(self, widget: Widget) -> None:
+        if self._syncing:
+            return
+        key = self._owner.get(widget)
+        self._mark_changes()
+        if key is not None:
+            self._focused_key = key
+            self._show_help(key)
+
+    @on(Select.Changed)
+    @on(Switch.Changed)
+    @on(Checkbox.Changed)
+    @on(Input.Changed)
+    def _on_control_changed(self, event: Message) -> None:
+        event.stop()
+        self._changed(event.control)
+
+    @on(Input.Submitted)
+    def _on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.request_apply()
+
+    @on(Button.Pressed, "#apply")
+    def _on_apply_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.request_apply()
+
+    def request_apply(self) -> None:
+        try:
+            config = self.draft()
+        except ConfigError as exc:
+            self.post_message(self.ApplyRequested(None, str(exc)))
+            return
+        self.post_message(self.ApplyRequested(config))
