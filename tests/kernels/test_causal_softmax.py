@@ -73,4 +73,4 @@ def test_causal_softmax_rejects_bad_inputs(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_causal_softmax_real_sizes_gpu(dtype, poisoned):
     _check(torch.randn(4, 12, 1024, 1024, device="cuda").mul(4).to(dtype), dtype, 1 / 8)
-    _check(torch.randn(1, 2, 20000, 20000, device="cuda").to(dtype)[:, :, :4096, :4096], dtype, 1 / 8)
+    _check(torch.randn(1, 2, 4096, 4096, device="cuda").to(dtype), dtype, 1 / 8)

@@ -1,0 +1,360 @@
+"""Benchmark gputune's Triton kernels against torch eager and torch.compile, in one run.
+
+    python benchmarks/kernels_bench.py --json benchmarks/results/kernels-h200.json
+
+For every op at the shapes of ANCHORS.md: check ours against a float32 torch reference first
+(relative error of the output and of every gradient), then time ours, torch eager and
+torch.compile of the eager code with triton.testing.do_bench (median), and measure the peak
+memory one call allocates above what was allocated before it. The device copy bandwidth is
+measured in the same run. Needs CUDA. Writes the JSON after every case, prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import kernels  # noqa: E402
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass
+class Case:
+    """One op at one shape. `make` builds the inputs; impls map a name to a function of them."""
+
+    name: str
+    make: Callable[[], dict]
+    eager: Callable[..., torch.Tensor]
+    ours: Callable[..., torch.Tensor]
+    grad_inputs: tuple[str, ...] = ()  # empty: forward only
+    bytes_moved: float = 0.0  # fewest bytes one call must move (for GB/s)
+    flops: float = 0.0  # for TFLOP/s
+    variants: dict = field(default_factory=dict)  # extra "ours" settings, timed alongside
+    tol: float = 2e-2  # relative error allowed against the float32 reference
+    target: str = ""  # the issue's target, for the table
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _step(fn, inputs, grad_inputs, grad_out):
+    leaves = [inputs[k] for k in grad_inputs]
+
+    def step():
+        out = fn(**inputs)
+        if leaves:
+            torch.autograd.grad(out, leaves, grad_out)
+        return out
+
+    return step
+
+
+def _peak_extra(step) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / MiB
+
+
+def _outputs_and_grads(fn, inputs, grad_inputs, grad_out):
+    out = fn(**inputs)
+    grads = torch.autograd.grad(out, [inputs[k] for k in grad_inputs], grad_out) if grad_inputs else ()
+    return [out.detach(), *[g.detach() for g in grads]]
+
+
+def check(case: Case, inputs: dict, grad_out) -> dict:
+    """Relative error of ours (output, then each grad) against eager on float32 copies."""
+    ref_inputs = {
+        k: (v.detach().float().requires_grad_(v.requires_grad) if torch.is_tensor(v) and v.is_floating_point() else v)
+        for k, v in inputs.items()
+    }
+    ref_grad_out = grad_out.float() if torch.is_tensor(grad_out) else grad_out
+    ref = _outputs_and_grads(case.eager, ref_inputs, case.grad_inputs, ref_grad_out)
+    got = _outputs_and_grads(case.ours, inputs, case.grad_inputs, grad_out)
+    names = ["out", *[f"d{k}" for k in case.grad_inputs]]
+    errs = {n: _rel_err(g, r) for n, g, r in zip(names, got, ref)}
+    del ref, got, ref_inputs
+    torch.cuda.empty_cache()
+    return {"rel_err": errs, "correct": all(e <= case.tol for e in errs.values())}
+
+
+def time_impl(fn, inputs, case: Case, grad_out, rep_ms: float) -> dict:
+    from triton.testing import do_bench
+
+    step = _step(fn, inputs, case.grad_inputs, grad_out)
+    step()  # compile / warm up outside the timing
+    ms = do_bench(step, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
+    res = {"ms": ms, "peak_extra_mib": _peak_extra(step)}
+    if case.bytes_moved:
+        res["GB/s"] = case.bytes_moved / (ms * 1e-3) / 1e9
+    if case.flops:
+        res["TFLOP/s"] = case.flops / (ms * 1e-3) / 1e12
+    torch.cuda.empty_cache()
+    return res
+
+
+def copy_bandwidth() -> dict:
+    from triton.testing import do_bench
+
+    src = torch.randn(GiB // 4, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    gbs = 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"bytes": 2 * GiB, "ms": ms, "GB/s": gbs}
+
+
+# ---- the cases ---------------------------------------------------------------------------
+
+def _randn(*shape, dtype, grad=False, scale=1.0):
+    t = (torch.randn(*shape, device="cuda") * scale).to(dtype)
+    return t.requires_grad_(grad)
+
+
+def _rms_norm_eager(x, w, eps=1e-6):
+    # As Llama's RMSNorm: statistics in fp32, the product back in the input dtype.
+    xf = x.float()
+    return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _softmax_warps(w):
+    sm = sys.modules["kernels.softmax"]
+
+    def run(x):
+        y = torch.empty_like(x)
+        n = x.shape[-1]
+        sm._softmax_fwd_kernel[(x.shape[0],)](
+            x, y, n, 1, 1.0, CAUSAL=False, SINGLE=True, BLOCK=triton_next_pow2(n), num_warps=w
+        )
+        return y
+
+    return run
+
+
+def triton_next_pow2(n):
+    import triton
+
+    return triton.next_power_of_2(n)
+
+
+def _ce_eager(logits, target):
+    # The usual training code: upcast the logits, then torch's cross-entropy.
+    return F.cross_entropy(logits.float(), target)
+
+
+def _flce_eager(hidden, weight, target):
+    return F.cross_entropy(F.linear(hidden, weight).float(), target)
+
+
+def build_cases() -> list[Case]:
+    cases = []
+    for rows, cols in [(16384, 1024), (8192, 4096), (4096, 16384)]:
+        variants = {f"warps={w}": _softmax_warps(w) for w in (4, 8, 16)} if cols == 4096 else {}
+        cases.append(Case(
+            name=f"softmax fwd {rows}x{cols} fp32",
+            make=lambda r=rows, c=cols: {"x": _randn(r, c, dtype=torch.float32, scale=3)},
+            eager=lambda x: torch.softmax(x, -1), ours=lambda x: kernels.softmax(x),
+            bytes_moved=2 * rows * cols * 4, variants=variants, tol=1e-5,
+            target=">= 0.9 x copy bandwidth" if cols == 4096 else "",
+        ))
+    cases.append(Case(
+        name="softmax fwd+bwd 8192x4096 fp32",
+        make=lambda: {"x": _randn(8192, 4096, dtype=torch.float32, grad=True, scale=3)},
+        eager=lambda x: torch.softmax(x, -1), ours=lambda x: kernels.softmax(x), grad_inputs=("x",),
+        bytes_moved=5 * 8192 * 4096 * 4, tol=1e-5,
+    ))
+    cases.append(Case(
+        name="causal softmax fwd+bwd 16x12x1024x1024 bf16",
+        make=lambda: {"s": _randn(16, 12, 1024, 1024, dtype=torch.bfloat16, grad=True, scale=4)},
+        eager=lambda s: torch.softmax(
+            (s * 0.125).masked_fill(torch.ones(1024, 1024, dtype=torch.bool, device=s.device).triu(1), float("-inf")),
+            -1,
+        ),
+        ours=lambda s: kernels.causal_softmax(s, 0.125), grad_inputs=("s",),
+        bytes_moved=5 * 16 * 12 * 1024 * 1024 * 2,
+    ))
+    n, h = 8192, 4096
+    cases.append(Case(
+        name="RMSNorm fwd+bwd 8192x4096 bf16",
+        make=lambda: {"x": _randn(n, h, dtype=torch.bfloat16, grad=True), "w": _randn(h, dtype=torch.bfloat16, grad=True)},
+        eager=_rms_norm_eager, ours=lambda x, w: kernels.rms_norm(x, w), grad_inputs=("x", "w"),
+        bytes_moved=5 * n * h * 2, target="<= 0.25 ms",
+    ))
+    cases.append(Case(
+        name="LayerNorm fwd+bwd 8192x4096 bf16",
+        make=lambda: {
+            "x": _randn(n, h, dtype=torch.bfloat16, grad=True), "w": _randn(h, dtype=torch.bfloat16, grad=True),
+            "b": _randn(h, dtype=torch.bfloat16, grad=True),
+        },
+        eager=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+        ours=lambda x, w, b: kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
+        bytes_moved=5 * n * h * 2, target="<= 0.20 ms",
+    ))
+    for vocab in (50304, 128256):
+        cases.append(Case(
+            name=f"cross-entropy fwd+bwd 8192x{vocab} bf16",
+            make=lambda v=vocab: {
+                "logits": _randn(8192, v, dtype=torch.bfloat16, grad=True, scale=3),
+                "target": torch.randint(0, v, (8192,), device="cuda"),
+            },
+            eager=_ce_eager, ours=lambda logits, target: kernels.cross_entropy(logits, target),
+            grad_inputs=("logits",), bytes_moved=3 * 8192 * vocab * 2,
+            target="<= 2.5 ms, no extra full-size buffer" if vocab == 128256 else "",
+        ))
+    for vocab in (50304, 128256):
+        cases.append(Case(
+            name=f"linear+CE fwd+bwd 8192x4096->{vocab} bf16",
+            make=lambda v=vocab: {
+                "hidden": _randn(8192, 4096, dtype=torch.bfloat16, grad=True),
+                "weight": _randn(v, 4096, dtype=torch.bfloat16, grad=True, scale=1 / 64),
+                "target": torch.randint(0, v, (8192,), device="cuda"),
+            },
+            eager=_flce_eager,
+            ours=lambda hidden, weight, target: kernels.fused_linear_cross_entropy(hidden, weight, target),
+            grad_inputs=("hidden", "weight"), flops=3 * 2 * 8192 * 4096 * vocab,
+            variants={
+                f"chunk_rows={c}": (lambda c: lambda hidden, weight, target: kernels.fused_linear_cross_entropy(
+                    hidden, weight, target, chunk_rows=c))(c)
+                for c in (256, 1024)
+            },
+            target="<= 36 ms, <= 1.1 GiB" if vocab == 128256 else "",
+        ))
+    cases.append(Case(
+        name="SwiGLU fwd+bwd 8192x11008 bf16",
+        make=lambda: {"a": _randn(8192, 11008, dtype=torch.bfloat16, grad=True, scale=2),
+                      "b": _randn(8192, 11008, dtype=torch.bfloat16, grad=True)},
+        eager=lambda a, b: F.silu(a) * b, ours=lambda a, b: kernels.swiglu(a, b), grad_inputs=("a", "b"),
+        bytes_moved=8 * 8192 * 11008 * 2, target="<= 0.45 ms",
+    ))
+    cases.append(Case(
+        name="GELU-tanh fwd+bwd 8192x11008 bf16",
+        make=lambda: {"x": _randn(8192, 11008, dtype=torch.bfloat16, grad=True, scale=2)},
+        eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: kernels.gelu_tanh(x), grad_inputs=("x",),
+        bytes_moved=5 * 8192 * 11008 * 2,
+    ))
+    return cases
+
+
+def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
+    torch.manual_seed(0)
+    inputs = case.make()
+    torch.cuda.synchronize()
+    probe = case.eager(**inputs)
+    grad_out = torch.randn_like(probe) if case.grad_inputs else None
+    del probe
+    torch.cuda.empty_cache()
+    result = {"name": case.name, "target": case.target}
+    result.update(check(case, inputs, grad_out))
+    impls = {"ours": case.ours, "eager": case.eager}
+    if with_compile:
+        impls["compile"] = torch.compile(case.eager)
+    impls.update({f"ours[{k}]": v for k, v in case.variants.items()})
+    for label, fn in impls.items():
+        t0 = time.perf_counter()
+        try:
+            result[label] = time_impl(fn, inputs, case, grad_out, rep_ms)
+        except Exception as exc:  # one failing baseline must not lose the others
+            result[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        result[label]["wall_s"] = round(time.perf_counter() - t0, 1)
+    del inputs, grad_out
+    torch.cuda.empty_cache()
+    return result
+
+
+def environment() -> dict:
+    import triton
+
+    env = {
+        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
+        "cuda": torch.version.cuda, "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        env["driver"] = driver.decode() if isinstance(driver, bytes) else driver
+    except Exception as exc:  # noqa: BLE001 - the driver version is a nicety
+        env["driver"] = f"unknown ({type(exc).__name__})"
+    return env
+
+
+def _fmt(r: dict) -> str:
+    if "error" in r:
+        return "error"
+    s = f"{r['ms']:.3f} ms"
+    if "GB/s" in r:
+        s += f" {r['GB/s'] / 1000:.2f} TB/s"
+    if "TFLOP/s" in r:
+        s += f" {r['TFLOP/s']:.0f} TF/s"
+    return s + f" {r['peak_extra_mib']:.0f} MiB"
+
+
+def print_table(report: dict) -> None:
+    print(f"\n{report['env']['gpu']} · torch {report['env']['torch']} · triton {report['env']['triton']}"
+          f" · copy {report['copy']['GB/s'] / 1000:.2f} TB/s")
+    print(f"{'case':44} {'ok':3} {'ours':34} {'eager':34} {'compile':34}")
+    for r in report["cases"]:
+        cells = [_fmt(r[k]) if k in r else "-" for k in ("ours", "eager", "compile")]
+        print(f"{r['name']:44} {'y' if r['correct'] else 'N':3} " + " ".join(f"{c:34}" for c in cells))
+        for k in r:
+            if k.startswith("ours["):
+                print(f"  {k:42}     {_fmt(r[k])}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path, required=True, help="where to write the results")
+    ap.add_argument("--only", default="", help="run only cases whose name contains this (comma-separated)")
+    ap.add_argument("--rep-ms", type=float, default=200, help="do_bench repetition time per impl")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    ap.add_argument("--budget-s", type=float, default=math.inf, help="stop starting new cases after this")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels_bench: needs a CUDA device", file=sys.stderr)
+        return 2
+    t_start = time.perf_counter()
+    report = {"env": environment(), "copy": copy_bandwidth(), "cases": []}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    wanted = [w for w in args.only.split(",") if w]
+    for case in build_cases():
+        if wanted and not any(w in case.name for w in wanted):
+            continue
+        if time.perf_counter() - t_start > args.budget_s:
+            report.setdefault("skipped", []).append(case.name)
+            continue
+        t0 = time.perf_counter()
+        try:
+            report["cases"].append(run_case(case, args.rep_ms, not args.no_compile))
+        except Exception as exc:  # record it and go on to the next case
+            report["cases"].append({"name": case.name, "target": case.target, "correct": False,
+                                    "error": f"{type(exc).__name__}: {exc}"[:500]})
+            torch.cuda.empty_cache()
+        print(f"[{time.perf_counter() - t_start:6.1f}s] {case.name}: {time.perf_counter() - t0:.1f}s", flush=True)
+        args.json.write_text(json.dumps(report, indent=1))
+    print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
