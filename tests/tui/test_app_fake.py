@@ -1,27 +1,38 @@
-"""Dashboard behaviour against a fake worker: fast and deterministic."""
+"""Dashboard behaviour against an in-process fake worker: fast and deterministic."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from tui_fakes import FakeSampler, FakeWorker, async_test, wait_for
+import strategies
+from strategies.config import TuneConfig
+from textual.widgets import Checkbox, Input, Select
 
+from screen_text import screen_text
+from tui_fakes import GPU_CAPS, FakeSampler, FakeWorker, async_test, wait_for
 from tuner_tui.app.app import GputuneApp
+from tuner_tui.app.reader import EventReader
+from tuner_tui.app.screens.export import ExportScreen
+from tuner_tui.app.screens.help import HelpScreen
+from tuner_tui.engine import protocol
 
 SIZE = (160, 50)
 
 
-def make_app(**kwargs):
+def make_app(start_config=None, **fake):
     workers: list[FakeWorker] = []
-    fake_kwargs = kwargs.pop("fake", {})
 
     def factory():
-        w = FakeWorker(**fake_kwargs)
-        workers.append(w)
-        return w
+        worker = FakeWorker(**fake)
+        workers.append(worker)
+        return worker
 
-    app = GputuneApp(factory, sampler_factory=kwargs.pop("sampler", lambda: FakeSampler(gpu=False)), **kwargs)
+    app = GputuneApp(factory, start_config, sampler_factory=lambda: FakeSampler(gpu=False))
     return app, workers
+
+
+def applied(worker: FakeWorker) -> list[dict]:
+    return [c.config for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
 
 
 @async_test
@@ -32,6 +43,315 @@ async def test_baseline_runs_at_start_and_lands_on_leaderboard():
         row = app.session.rows[0]
         assert row.result.label == "fp32"
         assert app.session.baseline is row
-        assert workers[0].commands[0].config["precision"] == "fp32"
+        assert applied(workers[0])[0]["precision"] == "fp32"
+        assert app.leaderboard.row_count == 1
         await pilot.press("q")
-    assert not workers[0].alive
+        await wait_for(pilot, lambda: not workers[0].alive)
+    assert app.return_code == 0
+
+
+@async_test
+async def test_start_config_runs_after_the_baseline_and_is_compared_with_it():
+    start = TuneConfig().replace(precision="bf16", attention="sdpa")
+    app, workers = make_app(start)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        base, tuned = app.session.rows
+        assert [c["precision"] for c in applied(workers[0])] == ["fp32", "bf16"]
+        assert app.session.change_vs_baseline(tuned) > 2.0
+        assert app.session.change_vs_baseline(base) == 1.0
+
+
+@async_test
+async def test_toggling_an_option_and_applying_reaches_the_worker():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        app.query_one("#opt-precision", Select).value = "bf16"
+        app.query_one("#opt-optimizer", Select).value = "fused"
+        await pilot.pause()
+        assert app.query_one("#row-precision").has_class("-changed")
+        await pilot.click("#apply")
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        sent = applied(workers[0])[-1]
+        assert sent["precision"] == "bf16" and sent["optimizer"] == "fused"
+        assert app.session.rows[-1].result.label == "bf16 + fused AdamW"
+        # Once the worker started the run, the toggles no longer show pending changes.
+        assert not app.query_one("#row-precision").has_class("-changed")
+
+
+@async_test
+async def test_a_key_applies_and_inputs_are_validated():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        app.query_one("#opt-batch_size", Input).value = "16"
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        assert applied(workers[0])[-1]["batch_size"] == 16
+        # Full graph without compile is refused before anything is sent, naming both options.
+        app.query_one("#opt-compile_fullgraph").value = True
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        assert len(applied(workers[0])) == 2
+        assert any("compile_fullgraph" in n.message and "compile_mode" in n.message for n in app._notifications)
+
+
+@async_test
+async def test_options_the_machine_cannot_run_are_disabled_with_the_reason():
+    app, workers = make_app()  # CPU capabilities: no CUDA, no Triton
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session.capabilities is not None and len(app.session.rows) == 1)
+        await pilot.pause()
+        boxes = list(app.query_one("#opt-fused_kernels").query(Checkbox))
+        assert boxes and all(b.disabled for b in boxes)
+        assert "Triton" in str(boxes[0].tooltip)
+        # fp16 needs CUDA: marked in the select, explained in the help line, refused on apply.
+        select = app.query_one("#opt-precision", Select)
+        assert any("✗" in str(prompt) and value == "fp16" for prompt, value in select._options)
+        select.value = "fp16"
+        select.focus()
+        await pilot.pause()
+        assert "needs a CUDA GPU" in screen_text(app)
+        assert app.query_one("#row-precision").has_class("-unavailable")
+        await pilot.press("a")
+        await pilot.pause(0.2)
+        assert len(applied(workers[0])) == 1
+        assert any("precision = fp16" in n.message for n in app._notifications)
+
+
+@async_test
+async def test_on_a_gpu_everything_is_enabled():
+    app, workers = make_app(caps=GPU_CAPS)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session.capabilities is not None)
+        await pilot.pause()
+        assert not any(b.disabled for b in app.query_one("#opt-fused_kernels").query(Checkbox))
+        app.query_one("#opt-fused_kernels--layer_norm", Checkbox).value = True
+        app.query_one("#opt-compile_mode", Select).value = "default"
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        sent = applied(workers[0])[-1]
+        assert sent["fused_kernels"] == ["layer_norm"] and sent["compile_mode"] == "default"
+        assert app.session.rows[-1].result.compile_s == 12.5
+
+
+@async_test
+async def test_compiling_indicator_counts_seconds():
+    app, workers = make_app()
+    now = [100.0]
+    app.clock = lambda: now[0]
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        # Feed a compile start by hand, as the worker would while torch.compile works.
+        run_id = app.session.run_id
+        workers[0]._emit(protocol.CompileStarted(run_id))
+        await wait_for(pilot, lambda: app.session.worker_state == "compiling")
+        now[0] += 7.2
+        app.refresh_live()
+        await pilot.pause()
+        assert "compiling… 7s" in screen_text(app)
+        workers[0]._emit(protocol.CompileFinished(run_id, 7.3))
+        await wait_for(pilot, lambda: app.session.worker_state == "running")
+
+
+@async_test
+async def test_pause_and_resume():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.session.worker_state == "paused")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.session.worker_state == "running")
+        kinds = [type(c).__name__ for c in workers[0].commands]
+        assert kinds[-2:] == ["Pause", "Resume"]
+
+
+@async_test
+async def test_leaderboard_sorts_selects_and_reapplies():
+    start = TuneConfig().replace(precision="bf16")
+    app, workers = make_app(start)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        await pilot.press("s")  # by tokens/s, best first
+        assert app.leaderboard.sort_column == "tokens"
+        first = app.leaderboard.get_row_at(0)
+        assert first[0] == 2  # bf16 is faster
+        app.leaderboard.focus()
+        await pilot.pause()
+        await pilot.press("up")
+        await pilot.pause()
+        assert app._selected_row().number == 2 and "2: bf16" in screen_text(app)
+        await pilot.press("down")
+        await pilot.pause()
+        assert app._selected_row().number == 1
+        assert "1: fp32" in screen_text(app)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: len(app.session.rows) == 3)
+        assert applied(workers[0])[-1]["precision"] == "fp32"
+        assert app.query_one("#opt-precision", Select).value == "fp32"
+
+
+@async_test
+async def test_failed_run_gets_its_status_row_and_the_worker_goes_on():
+    app, workers = make_app(caps=GPU_CAPS, fail={"fp16": "diverged"})
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        app.query_one("#opt-precision", Select).value = "fp16"
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        assert app.session.rows[-1].result.status == "diverged"
+        assert app.session.worker_state == "idle"
+        assert app.session.change_vs_baseline(app.session.rows[-1]) is None
+        app.query_one("#opt-precision", Select).value = "bf16"
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(app.session.rows) == 3)
+        assert app.session.rows[-1].result.status == "ok"
+
+
+@async_test
+async def test_dead_worker_is_noticed_restarted_and_the_last_config_reapplied():
+    start = TuneConfig().replace(precision="bf16")
+    app, workers = make_app(start)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        # A new run that dies before it is measured:
+        workers[0]._emit(protocol.RunStarted(99, start.replace(attention="sdpa").to_dict(), "bf16 + sdpa", 8))
+        await wait_for(pilot, lambda: app.session.run_id == 99)
+        app.last_requested = start.replace(attention="sdpa")
+        workers[0].kill()
+        await wait_for(pilot, lambda: len(workers) == 2, timeout=2.0)
+        await wait_for(pilot, lambda: len(app.session.rows) == 4)
+        statuses = [r.result.status for r in app.session.rows]
+        assert statuses == ["ok", "ok", "crash", "ok"]
+        assert "SIGKILL" in app.session.rows[2].result.message
+        assert applied(workers[1])[0]["attention"] == "sdpa"
+        assert app.leaderboard.row_count == 4
+
+
+@async_test
+async def test_a_config_that_keeps_killing_the_worker_falls_back_to_the_baseline():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        bad = TuneConfig().replace(optimizer="fused")
+        for n in (1, 2):
+            app.last_requested = bad
+            workers[-1].kill()
+            await wait_for(pilot, lambda: len(workers) == n + 1, timeout=3.0)
+            await wait_for(pilot, lambda: app.session.worker_state != "dead")
+            await wait_for(pilot, lambda: applied(workers[-1]))
+        assert applied(workers[1])[0]["optimizer"] == "fused"
+        assert applied(workers[2])[0]["optimizer"] == "plain"
+
+
+@async_test
+async def test_export_writes_a_file_that_strategies_loads(tmp_path):
+    start = TuneConfig().replace(precision="bf16", optimizer="foreach")
+    app, workers = make_app(start)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen))
+        path_input = app.screen.query_one("#export-path", Input)
+        path_input.value = str(tmp_path / "gputune.toml")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (tmp_path / "gputune.toml").exists())
+        assert strategies.load(tmp_path / "gputune.toml") == start
+        exported = strategies.read(tmp_path / "gputune.toml")
+        assert exported.measured["tokens_per_s"] > 0 and exported.workload == "gpt2-tiny"
+        assert any(str(tmp_path / "gputune.toml") in n.message for n in app._notifications)
+
+        # The chosen row, as JSON.
+        app.leaderboard.focus()
+        await pilot.pause()
+        await pilot.press("up")
+        await pilot.pause()
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen))
+        await pilot.click("#fmt-json")
+        path_input = app.screen.query_one("#export-path", Input)
+        assert path_input.value.endswith(".json")
+        path_input.value = str(tmp_path / "base.json")
+        await pilot.click("#export")
+        await wait_for(pilot, lambda: (tmp_path / "base.json").exists())
+        assert json.loads((tmp_path / "base.json").read_text())["config"]["precision"] == "fp32"
+        assert strategies.load(tmp_path / "base.json") == TuneConfig()
+
+
+@async_test
+async def test_export_to_an_unwritable_path_says_why(tmp_path):
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen))
+        app.screen.query_one("#export-path", Input).value = str(tmp_path / "missing" / "x.toml")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("cannot write" in n.message for n in app._notifications))
+        assert not isinstance(app.screen, ExportScreen)
+
+
+@async_test
+async def test_help_and_command_palette_reach_every_action():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        actions = {b.action for b in app.BINDINGS}
+        wanted = {
+            "apply": "Apply options", "toggle_pause": "Pause / resume training",
+            "reapply": "Re-apply selected row", "export": "Export configuration",
+            "sort": "Sort leaderboard", "baseline": "Apply baseline",
+            "restart_worker": "Restart worker", "help": "Help", "quit": "Quit gputune",
+        }
+        assert actions == set(wanted)
+        assert set(wanted.values()) <= titles
+
+
+@async_test
+async def test_a_flood_of_steps_collapses_into_few_ui_wakeups():
+    app, workers = make_app(steps=3000)
+    woken = []
+    async with app.run_test(size=SIZE) as pilot:
+        original = app.reader.take
+        app.reader.take = lambda: woken.append(1) or original()
+        await wait_for(pilot, lambda: len(app.session.rows) == 1, timeout=20)
+        assert len(app.session.throughput) == 3000
+        assert len(woken) < 300
+
+
+@async_test
+async def test_worker_that_cannot_start_is_reported_without_restart_storm():
+    class Broken(FakeWorker):
+        def start(self):
+            self.alive = True
+            self._emit(protocol.RunFailed(0, "invalid", "unknown workload 'nope': allowed workloads are gpt2-tiny"))
+            self.alive, self.code = False, 1
+
+    made = []
+    app = GputuneApp(lambda: made.append(Broken()) or made[-1], sampler_factory=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any("unknown workload" in n.message for n in app._notifications))
+        await pilot.pause(1.0)
+        assert len(made) == 1
+        assert app.session.worker_state == "dead"
+
+
+def test_reader_close_stops_the_source_and_is_idempotent():
+    posted = []
+    worker = FakeWorker()
+    reader = EventReader(lambda: worker, posted.append)
+    reader.start()
+    import time
+
+    deadline = time.monotonic() + 2
+    while not worker.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reader.close()
+    reader.close()
+    assert not reader.is_alive() and not worker.alive

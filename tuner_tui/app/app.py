@@ -116,7 +116,6 @@ class GputuneApp(App[int]):
         baseline)."""
         self._crashes: dict[TuneConfig, int] = {}
         self._ready_once = False
-        self._row_chosen = False
         self._plots_version = -1
         self._telemetry_stop = threading.Event()
         self._quitting = False
@@ -291,6 +290,7 @@ class GputuneApp(App[int]):
         if session.version == self._plots_version:
             return
         self._plots_version = session.version
+        self.plots["throughput"].title = f"{session.item_name}/s"
         dropped = session.throughput.dropped
         markers = [(m.position - dropped, m.number) for m in session.markers if m.position >= dropped]
         self.plots["throughput"].set_data(session.throughput.values, markers)
@@ -311,15 +311,13 @@ class GputuneApp(App[int]):
         self.config_view.show(row)
 
     @on(DataTable.RowHighlighted, "#leaderboard")
+    @on(DataTable.RowSelected, "#leaderboard")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if self.leaderboard.has_focus:
-            self._row_chosen = True
         self._show_selected_row()
 
-    @on(DataTable.RowSelected, "#leaderboard")
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
-        self._row_chosen = True
-        self._show_selected_row()
+    @property
+    def _row_chosen(self) -> bool:
+        return self.leaderboard.chosen
 
     @on(Leaderboard.Sorted)
     def _sorted(self, event: Leaderboard.Sorted) -> None:

@@ -77,6 +77,8 @@ class Leaderboard(DataTable):
         self.sort_reverse = False
         self._session: Session | None = None
         self._shown: tuple | None = None
+        self.chosen = False
+        """True once the user moved the cursor: `e` then exports that row."""
 
     def on_mount(self) -> None:
         for key, header, _ in COLUMNS:
@@ -127,6 +129,42 @@ class Leaderboard(DataTable):
         order = list(SORT_CYCLE)
         next_column = order[(order.index(self.sort_column) + 1) % len(order)] if self.sort_column in order else order[0]
         self.sort_by(next_column)
+
+    # The cursor also moves when rows are redrawn; only these moves are the user choosing a row.
+    def _user_moved(self) -> None:
+        self.chosen = True
+
+    def action_cursor_up(self) -> None:
+        self._user_moved()
+        super().action_cursor_up()
+
+    def action_cursor_down(self) -> None:
+        self._user_moved()
+        super().action_cursor_down()
+
+    def action_page_up(self) -> None:
+        self._user_moved()
+        super().action_page_up()
+
+    def action_page_down(self) -> None:
+        self._user_moved()
+        super().action_page_down()
+
+    def action_scroll_top(self) -> None:
+        self._user_moved()
+        super().action_scroll_top()
+
+    def action_scroll_bottom(self) -> None:
+        self._user_moved()
+        super().action_scroll_bottom()
+
+    def action_select_cursor(self) -> None:
+        self._user_moved()
+        super().action_select_cursor()
+
+    async def _on_click(self, event) -> None:
+        self._user_moved()
+        await super()._on_click(event)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

@@ -109,7 +109,7 @@ class TogglesPanel(Widget):
         height: auto;
     }
     TogglesPanel #option-help {
-        height: 3;
+        height: 5;
         color: $text-muted;
         padding: 0 1;
         border-top: solid $primary-background;
@@ -293,9 +293,6 @@ class TogglesPanel(Widget):
             help_line.set_class(False, "-problem")
             return
         option = OPTIONS[key]
-        text = Text()
-        text.append(f"{key}: ", style="bold")
-        text.append(option.help)
         problem = self._reasons.get(key)
         if problem is None:
             try:
@@ -304,8 +301,12 @@ class TogglesPanel(Widget):
                 problem = str(exc)
             else:
                 problem = self._choice_reasons.get(key, {}).get(value)
+        text = Text()
         if problem:
-            text.append(f"\n{problem}", style="bold")
+            # The reason first: the help line is short and the reason is what matters now.
+            text.append(f"✗ {problem}\n", style="bold")
+        text.append(f"{key}: ", style="bold")
+        text.append(option.help)
         help_line.update(text)
         help_line.set_class(bool(problem), "-problem")
 
