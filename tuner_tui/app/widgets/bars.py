@@ -17,9 +17,10 @@ def bar(fraction: float | None, width: int, style: str = "green") -> Text:
     eighths = round(fraction * width * 8)
     full, part = divmod(eighths, 8)
     text.append("█" * full, style=style)
-    if full < width:
+    if full < width and part:
         text.append(_EIGHTHS[part], style=style)
-        text.append("░" * (width - full - 1), style="dim")
+        full += 1
+    text.append("░" * (width - full), style="dim")
     return text
 
 

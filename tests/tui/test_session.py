@@ -1,0 +1,127 @@
+"""The session model and the pure rendering helpers, without an app."""
+
+from __future__ import annotations
+
+import math
+
+from strategies.config import TuneConfig
+from tuner_tui.app import format as fmt
+from tuner_tui.app.session import Session
+from tuner_tui.app.widgets.bars import bar
+from tuner_tui.app.widgets.leaderboard import sorted_rows
+from tuner_tui.app.widgets.plot import braille_lines, bucket, value_range
+from tuner_tui.engine import protocol
+
+from tui_fakes import CPU_CAPS, WORKLOAD
+
+
+def ready() -> protocol.WorkerReady:
+    return protocol.WorkerReady(7, CPU_CAPS.to_dict(), {"torch": "2.13"}, dict(WORKLOAD))
+
+
+def step(run_id: int, i: int, tokens: float = 1000.0, loss: float = 3.0) -> protocol.StepMeasured:
+    return protocol.StepMeasured(run_id, i, 8.0, tokens, loss, 0.1, 1, 2, 0.0)
+
+
+def result(label: str, tokens: float | None, status: str = "ok") -> protocol.TrialResult:
+    return protocol.TrialResult(config=TuneConfig().to_dict(), label=label, status=status, tokens_per_s=tokens)
+
+
+def test_runs_steps_markers_and_rows():
+    s = Session()
+    s.worker_started(7)
+    for e in (ready(), protocol.RunStarted(1, {}, "fp32", 8), step(1, 0), step(1, 1),
+              protocol.TrialFinished(1, result("fp32", 1000.0)),
+              protocol.RunStarted(2, {}, "bf16", 8), step(2, 0, 2500.0),
+              protocol.TrialFinished(2, result("bf16", 2500.0))):
+        s.apply(e, now=0.0)
+    assert s.capabilities == CPU_CAPS
+    assert [m.position for m in s.markers] == [0, 2]
+    assert [m.number for m in s.markers] == [1, 2]
+    assert [r.number for r in s.rows] == [1, 2]
+    assert s.change_vs_baseline(s.rows[1]) == 2.5
+    assert list(s.throughput.values) == [1000.0, 1000.0, 2500.0]
+
+
+def test_stragglers_from_a_replaced_run_are_ignored():
+    s = Session()
+    s.apply(protocol.RunStarted(2, {}, "bf16", 8), 0.0)
+    s.apply(step(1, 5), 0.0)
+    assert len(s.throughput) == 0
+
+
+def test_compile_time_is_counted_from_the_ui_clock():
+    s = Session()
+    s.apply(protocol.RunStarted(1, {}, "compile", 8), 0.0)
+    s.apply(protocol.CompileStarted(1), 10.0)
+    assert s.compiling_for(13.5) == 3.5
+    s.apply(protocol.CompileFinished(1, 3.6), 13.6)
+    assert s.compiling_for(20.0) is None and s.compile_s == 3.6
+
+
+def test_failure_after_measurement_updates_the_same_row():
+    s = Session()
+    s.apply(protocol.RunStarted(1, {}, "fp16", 8), 0.0)
+    s.apply(protocol.TrialFinished(1, result("fp16", 3000.0)), 0.0)
+    s.apply(protocol.RunFailed(1, "diverged", "loss is nan at step 40"), 0.0)
+    assert len(s.rows) == 1
+    assert s.rows[0].result.status == "diverged" and s.rows[0].result.tokens_per_s == 3000.0
+    assert s.baseline is None  # a diverged run is never the reference
+
+
+def test_a_dead_worker_turns_the_run_in_flight_into_a_crash_row_and_run_ids_restart():
+    s = Session()
+    s.worker_started(7)
+    s.apply(protocol.RunStarted(1, {"precision": "bf16"}, "bf16", 8), 0.0)
+    message = s.worker_died(-9)
+    assert "SIGKILL" in message
+    assert s.rows[0].result.status == "crash" and s.worker_state == "dead"
+    s.worker_started(8)
+    s.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)  # the new worker counts from 1 again
+    s.apply(protocol.TrialFinished(1, result("fp32", 900.0)), 0.0)
+    assert [r.result.status for r in s.rows] == ["crash", "ok"]
+    assert [r.number for r in s.rows] == [1, 2]
+
+
+def test_pause_restores_the_previous_state():
+    s = Session()
+    s.apply(protocol.RunStarted(1, {}, "x", 8), 0.0)
+    s.apply(protocol.Paused(), 0.0)
+    assert s.worker_state == "paused"
+    s.apply(protocol.Resumed(), 0.0)
+    assert s.worker_state == "running"
+
+
+def test_sorting_puts_unknown_figures_last_both_ways():
+    s = Session()
+    for i, (tokens, status) in enumerate(((1000.0, "ok"), (None, "oom"), (3000.0, "ok")), start=1):
+        s.apply(protocol.RunStarted(i, {}, f"r{i}", 8), 0.0)
+        s.apply(protocol.TrialFinished(i, result(f"r{i}", tokens, status)), 0.0)
+    assert [r.number for r in sorted_rows(s, "tokens", reverse=True)] == [3, 1, 2]
+    assert [r.number for r in sorted_rows(s, "tokens", reverse=False)] == [1, 3, 2]
+
+
+def test_bucket_and_range():
+    assert bucket([1.0, 2.0, 3.0], 5) == [1.0, 2.0, 3.0]
+    assert bucket([1.0, 3.0, 5.0, 7.0], 2) == [2.0, 6.0]
+    assert math.isnan(bucket([math.nan, math.nan, 1.0, 1.0], 2)[0])
+    assert value_range([5.0, 10.0], zero_based=True)[0] == 0.0
+    lo, hi = value_range([2.0, 2.0], zero_based=False)
+    assert lo < 2.0 < hi
+
+
+def test_braille_line_is_continuous_and_skips_nan():
+    cells = braille_lines([0.0, 1.0, math.nan, 0.0], width=2, height=1, lo=0.0, hi=1.0)
+    # Column 0: a rise from bottom to top fills the whole second dot column.
+    assert cells[0][0] & 0x80 and cells[0][0] & 0x08
+    # After the NaN, the last point stands alone at the bottom of column 1, right dot column.
+    assert cells[0][1] == 0x80
+
+
+def test_formats():
+    assert fmt.rate(12345.0) == "12.3k" and fmt.rate(None) == "—" and fmt.rate(1.5e6) == "1.5M"
+    assert fmt.size(1536 * 1024**2) == "1.5 GiB" and fmt.size(512) == "512 B"
+    assert fmt.speedup(1.234) == "×1.23"
+    assert fmt.seconds(75) == "1m15s" and fmt.seconds(3.21) == "3.2s"
+    assert fmt.loss(float("nan")) == "nan"
+    assert bar(0.5, 4).plain == "██░░" and bar(None, 3).plain == "···"
