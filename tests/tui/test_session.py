@@ -125,3 +125,14 @@ def test_formats():
     assert fmt.seconds(75) == "1m15s" and fmt.seconds(3.21) == "3.2s"
     assert fmt.loss(float("nan")) == "nan"
     assert bar(0.5, 4).plain == "██░░" and bar(None, 3).plain == "···"
+
+
+def test_the_step_that_compiled_is_not_plotted():
+    s = Session()
+    s.apply(protocol.RunStarted(1, {}, "compile", 8), 0.0)
+    s.apply(protocol.CompileStarted(1), 0.0)
+    s.apply(protocol.StepMeasured(1, 0, 15000.0, 1.0, 3.0, None, 1, 2, 0.0), 15.0)
+    s.apply(protocol.CompileFinished(1, 15.0), 15.0)
+    s.apply(step(1, 1), 15.1)
+    assert list(s.step_ms.values) == [8.0]
+    assert s.last_step.step == 1

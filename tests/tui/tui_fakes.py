@@ -176,7 +176,7 @@ class FakeSampler:
             gpus=gpus,
             gpu_unavailable=None if gpus else "NVML not available: library not found (no NVIDIA driver)",
             host=HostSample(23.0, 16, 12 << 30, 128 << 30),
-            process=ProcessSample(4242, 101.0, 2 << 30, 24, 2) if pid else None,
+            process=ProcessSample(pid, 101.0, 2 << 30, 24, 2) if pid else None,
             process_note="" if pid else "no worker process",
         )
 
@@ -203,3 +203,22 @@ def async_test(fn):
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+class RecordedWorker(FakeWorker):
+    """Replays a recorded event list at start, whatever it is sent: the injected-reader fake
+    for snapshots of a real run's data."""
+
+    def __init__(self, events: list, **kwargs):
+        super().__init__(**kwargs)
+        self.recorded = list(events)
+        self._pid = self.recorded[0].pid
+
+    def start(self) -> None:
+        self.alive = True
+        self._emit(*self.recorded)
+
+    def send(self, command) -> None:
+        if not self.alive:
+            raise RuntimeError("worker is dead")
+        self.commands.append(command)

@@ -200,10 +200,15 @@ class Session:
     def _on_StepMeasured(self, event: protocol.StepMeasured, now: float) -> None:
         if event.run_id != self.run_id:
             return  # a straggler from a run that was replaced
-        if self.worker_state == "compiling":
+        compiling_step = self.worker_state == "compiling"
+        if compiling_step:
             self.worker_state = "running"
             self.compile_started_at = None
         self.last_step = event
+        if compiling_step:
+            # The step that held torch.compile's work would flatten the plots; the figures and
+            # the leaderboard report it as compile time.
+            return
         self.throughput.append(event.tokens_per_s)
         self.step_ms.append(event.step_ms)
         self.loss.append(event.loss if math.isfinite(event.loss) else math.nan)

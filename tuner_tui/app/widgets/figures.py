@@ -45,6 +45,8 @@ def figures_table(session: Session, now: float) -> Table:
     compiling = session.compiling_for(now)
     if compiling is not None:
         table.add_row("compile", Text(f"compiling… {compiling:.0f}s", style="bold yellow"))
+    elif session.run_config.get("compile_mode", "off") == "off":
+        table.add_row("compile", Text("eager", style="dim"))
     else:
         compile_s = session.compile_s if session.compile_s is not None else (result.compile_s if result else None)
         table.add_row("compile", fmt.seconds(compile_s))

@@ -10,7 +10,7 @@ from tuner_tui.app import format as fmt
 from tuner_tui.app.widgets.bars import bar, level_style
 from tuner_tui.engine.telemetry import GpuSample, TelemetrySample
 
-BAR_WIDTH = 14
+BAR_WIDTH = 12
 
 
 def _ratio(used: float | None, total: float | None) -> float | None:
