@@ -45,6 +45,7 @@ class Case:
     flops: float = 0.0  # for TFLOP/s
     variants: dict = field(default_factory=dict)  # extra "ours" settings, timed alongside
     tol: float = 2e-2  # relative error allowed against the float32 reference
+    graphed: bool = False  # also time CUDA-graph replays (no CPU launch overhead)
     target: str = ""  # the issue's target, for the table
 
 
@@ -103,6 +104,13 @@ def time_impl(fn, inputs, case: Case, grad_out, rep_ms: float) -> dict:
     step()  # compile / warm up outside the timing
     ms = do_bench(step, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
     res = {"ms": ms, "peak_extra_mib": _peak_extra(step)}
+    if case.graphed:
+        from triton.testing import do_bench_cudagraph
+
+        try:
+            res["ms_graph"] = do_bench_cudagraph(step, rep=rep_ms, return_mode="median")
+        except Exception as exc:  # noqa: BLE001 - a capture failure loses only this number
+            res["graph_error"] = f"{type(exc).__name__}: {exc}"[:200]
     if case.bytes_moved:
         res["GB/s"] = case.bytes_moved / (ms * 1e-3) / 1e9
     if case.flops:
@@ -143,7 +151,7 @@ def _softmax_warps(w):
         y = torch.empty_like(x)
         n = x.shape[-1]
         sm._softmax_fwd_kernel[(x.shape[0],)](
-            x, y, n, 1, 1.0, CAUSAL=False, SINGLE=True, BLOCK=triton_next_pow2(n), num_warps=w
+            x, y, x.shape[0], n, 1, 1.0, CAUSAL=False, SINGLE=True, ROWS=1, BLOCK=triton_next_pow2(n), num_warps=w
         )
         return y
 
@@ -154,6 +162,19 @@ def triton_next_pow2(n):
     import triton
 
     return triton.next_power_of_2(n)
+
+
+def _flce_variant(chunk_rows, splits):
+    module = sys.modules["kernels.fused_linear_cross_entropy"]
+
+    def run(hidden, weight, target):
+        saved, module._GRAD_HIDDEN_SPLITS = module._GRAD_HIDDEN_SPLITS, splits
+        try:
+            return kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=chunk_rows)
+        finally:
+            module._GRAD_HIDDEN_SPLITS = saved
+
+    return run
 
 
 def _ce_eager(logits, target):
@@ -232,9 +253,8 @@ def build_cases() -> list[Case]:
             ours=lambda hidden, weight, target: kernels.fused_linear_cross_entropy(hidden, weight, target),
             grad_inputs=("hidden", "weight"), flops=3 * 2 * 8192 * 4096 * vocab,
             variants={
-                f"chunk_rows={c}": (lambda c: lambda hidden, weight, target: kernels.fused_linear_cross_entropy(
-                    hidden, weight, target, chunk_rows=c))(c)
-                for c in (256, 1024)
+                f"chunk_rows={c},splits={k}": _flce_variant(c, k)
+                for c in (256, 512, 1024) for k in (1, 4) if (c, k) != (512, 1)
             },
             target="<= 36 ms, <= 1.1 GiB" if vocab == 128256 else "",
         ))
@@ -251,6 +271,8 @@ def build_cases() -> list[Case]:
         eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: kernels.gelu_tanh(x), grad_inputs=("x",),
         bytes_moved=5 * 8192 * 11008 * 2,
     ))
+    for c in cases:
+        c.graphed = not c.name.startswith("linear+CE")
     # The cases with targets first, so a run cut short by --budget-s loses the others.
     cases.sort(key=lambda c: c.name.startswith(("causal", "GELU")))
     return cases
@@ -282,6 +304,45 @@ def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
     return result
 
 
+def launch_overhead() -> dict:
+    """Microseconds per call (fwd+bwd, synchronized) at a tiny size: CPU cost, ours vs eager."""
+    x = torch.randn(8, 256, device="cuda", requires_grad=True)
+    w = torch.randn(256, device="cuda", requires_grad=True)
+    g = torch.randn(8, 256, device="cuda")
+    pairs = {
+        "swiglu": (lambda: kernels.swiglu(x, x), lambda: F.silu(x) * x),
+        "rms_norm": (lambda: kernels.rms_norm(x, w), lambda: _rms_norm_eager(x, w)),
+        "layer_norm": (lambda: kernels.layer_norm(x, w, w), lambda: F.layer_norm(x, (256,), w, w)),
+        "softmax": (lambda: kernels.softmax(x), lambda: torch.softmax(x, -1)),
+    }
+    out = {}
+    for name, (ours, eager) in pairs.items():
+        for label, fn in (("ours", ours), ("eager", eager)):
+            leaves = [x, w] if name in ("rms_norm", "layer_norm") else [x]
+            for _ in range(20):
+                torch.autograd.grad(fn(), leaves, g)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                torch.autograd.grad(fn(), leaves, g)
+            torch.cuda.synchronize()
+            out[f"{name} {label}"] = (time.perf_counter() - t0) / 200 * 1e6
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(200):
+        torch.autograd.grad(kernels.rms_norm(x, w), [x, w], g)
+    torch.cuda.synchronize()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(14)
+    print(buf.getvalue()[-3500:])
+    return out
+
+
 def environment() -> dict:
     import triton
 
@@ -307,6 +368,8 @@ def _fmt(r: dict) -> str:
     s = f"{r['ms']:.3f} ms"
     if "GB/s" in r:
         s += f" {r['GB/s'] / 1000:.2f} TB/s"
+    if "ms_graph" in r:
+        s += f" [graph {r['ms_graph']:.3f}]"
     if "TFLOP/s" in r:
         s += f" {r['TFLOP/s']:.0f} TF/s"
     return s + f" {r['peak_extra_mib']:.0f} MiB"
@@ -315,10 +378,14 @@ def _fmt(r: dict) -> str:
 def print_table(report: dict) -> None:
     print(f"\n{report['env']['gpu']} · torch {report['env']['torch']} · triton {report['env']['triton']}"
           f" · copy {report['copy']['GB/s'] / 1000:.2f} TB/s")
-    print(f"{'case':44} {'ok':3} {'ours':34} {'eager':34} {'compile':34}")
+    print(f"{'case':44} {'ok':3} {'ours':44} {'eager':44} {'compile':44}")
+    print("CPU us per tiny fwd+bwd: " + ", ".join(f"{k} {v:.0f}" for k, v in report["overhead_us"].items()))
     for r in report["cases"]:
+        if "error" in r:
+            print(f"{r['name']:44} error: {r['error'][:120]}")
+            continue
         cells = [_fmt(r[k]) if k in r else "-" for k in ("ours", "eager", "compile")]
-        print(f"{r['name']:44} {'y' if r['correct'] else 'N':3} " + " ".join(f"{c:34}" for c in cells))
+        print(f"{r['name']:44} {'y' if r['correct'] else 'N':3} " + " ".join(f"{c:44}" for c in cells))
         for k in r:
             if k.startswith("ours["):
                 print(f"  {k:42}     {_fmt(r[k])}")
@@ -337,6 +404,7 @@ def main(argv=None) -> int:
         return 2
     t_start = time.perf_counter()
     report = {"env": environment(), "copy": copy_bandwidth(), "cases": []}
+    report["overhead_us"] = launch_overhead()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     wanted = [w for w in args.only.split(",") if w]
     for case in build_cases():

@@ -15,14 +15,18 @@ from kernels import _common
 from kernels.softmax import launch_bwd, launch_fwd
 
 
-@triton_op("gputune::causal_softmax", mutates_args={})
-def _causal_softmax_op(scores: torch.Tensor, scale: float) -> torch.Tensor:
+def _causal_softmax_impl(scores: torch.Tensor, scale: float) -> torch.Tensor:
     return launch_fwd(scores, scale, scores.shape[-2], True)
 
 
-@triton_op("gputune::causal_softmax_backward", mutates_args={})
-def _causal_softmax_backward_op(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
+def _causal_softmax_backward_impl(y: torch.Tensor, dy: torch.Tensor, scale: float) -> torch.Tensor:
     return launch_bwd(y, dy, scale, y.shape[-2], True)
+
+
+_causal_softmax_op = triton_op("gputune::causal_softmax", mutates_args={})(_causal_softmax_impl)
+_causal_softmax_backward_op = triton_op("gputune::causal_softmax_backward", mutates_args={})(
+    _causal_softmax_backward_impl
+)
 
 
 def _setup_context(ctx, inputs, output):
@@ -32,10 +36,14 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _causal_softmax_backward_op(y, dy, ctx.scale), None
+    dx = _common.call_backward(_causal_softmax_backward_op, _causal_softmax_backward_impl, y, dy, ctx.scale)
+    return dx, None
 
 
 _causal_softmax_op.register_autograd(_backward, setup_context=_setup_context)
+_CausalSoftmaxFunction = _common.eager_function(
+    "_CausalSoftmaxFunction", _causal_softmax_impl, _setup_context, _backward
+)
 
 
 def causal_softmax(scores: torch.Tensor, scale: float) -> torch.Tensor:
@@ -48,4 +56,4 @@ def causal_softmax(scores: torch.Tensor, scale: float) -> torch.Tensor:
         )
     if isinstance(scale, torch.Tensor) or not isinstance(scale, (int, float)):
         raise TypeError(f"causal_softmax: scale must be a Python float, got {type(scale).__name__}")
-    return _causal_softmax_op(scores, float(scale))
+    return _common.call(_causal_softmax_op, _CausalSoftmaxFunction, scores, float(scale))

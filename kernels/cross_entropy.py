@@ -71,8 +71,7 @@ def _warps(n_cols: int) -> tuple[int, int]:
     return block, _common.warps_for(block)
 
 
-@triton_op("gputune::cross_entropy", mutates_args={})
-def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _cross_entropy_impl(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     x = _common.rows_of(logits)
     rows, n_cols = x.shape
     target = target.contiguous()
@@ -86,8 +85,7 @@ def _cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: 
     return loss, lse
 
 
-@triton_op("gputune::cross_entropy_backward", mutates_args={})
-def _cross_entropy_backward_op(
+def _cross_entropy_backward_impl(
     logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_rows: torch.Tensor, ignore_index: int
 ) -> torch.Tensor:
     x = _common.rows_of(logits)
@@ -102,7 +100,14 @@ def _cross_entropy_backward_op(
     return dx.view(logits.shape)
 
 
+_cross_entropy_op = triton_op("gputune::cross_entropy", mutates_args={})(_cross_entropy_impl)
+_cross_entropy_backward_op = triton_op("gputune::cross_entropy_backward", mutates_args={})(
+    _cross_entropy_backward_impl
+)
+
+
 def _setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # lse gets no gradient: build no zeros for it
     logits, target, ignore_index = inputs
     ctx.save_for_backward(logits, target, output[1])
     ctx.ignore_index = ignore_index
@@ -110,10 +115,16 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_loss, _grad_lse):
     logits, target, lse = ctx.saved_tensors
-    return _cross_entropy_backward_op(logits, target, lse, grad_loss, ctx.ignore_index), None, None
+    dx = _common.call_backward(
+        _cross_entropy_backward_op, _cross_entropy_backward_impl, logits, target, lse, grad_loss, ctx.ignore_index
+    )
+    return dx, None, None
 
 
 _cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
+_CrossEntropyFunction = _common.eager_function(
+    "_CrossEntropyFunction", _cross_entropy_impl, _setup_context, _backward
+)
 
 
 def cross_entropy(
@@ -131,7 +142,7 @@ def cross_entropy(
     rows = logits.numel() // max(logits.shape[-1], 1)
     _common.check_target("cross_entropy", target, rows, logits)
     _common.check_reduction("cross_entropy", reduction)
-    loss, _ = _cross_entropy_op(logits, target.reshape(-1), int(ignore_index))
+    loss, _ = _common.call(_cross_entropy_op, _CrossEntropyFunction, logits, target.reshape(-1), int(ignore_index))
     if reduction == "none":
         return loss.view(target.shape)
     if reduction == "sum":

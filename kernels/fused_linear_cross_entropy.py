@@ -27,6 +27,9 @@ from kernels import _common
 
 #: Target size of one chunk of logits; rows per chunk = _CHUNK_BYTES / (V * itemsize), a power of 2.
 _CHUNK_BYTES = 128 * 1024 * 1024
+#: grad_hidden_c = grad_c @ weight has few output tiles (C x H) and a long K (V): split K into
+#: this many batched slices (when V divides evenly) so more of the GPU works on it.
+_GRAD_HIDDEN_SPLITS = 1
 _BLOCK = 8192
 
 
@@ -96,7 +99,16 @@ def _chunked(
                 WRITE_GRAD=want_grad, BLOCK=block, num_warps=warps,
             )
         if want_grad:
-            torch.mm(logits, weight, out=grad_h[start:end])
+            splits = _GRAD_HIDDEN_SPLITS
+            if splits > 1 and vocab % splits == 0:
+                part = torch.bmm(
+                    logits.view(end - start, splits, vocab // splits).transpose(0, 1),
+                    weight.view(splits, vocab // splits, weight.shape[1]),
+                )
+                torch.sum(part, 0, out=grad_h[start:end])
+                del part
+            else:
+                torch.mm(logits, weight, out=grad_h[start:end])
             if start == 0:
                 torch.mm(logits.t(), h, out=grad_w)
             else:
@@ -113,8 +125,7 @@ def _row_scale(target: torch.Tensor, ignore_index: int, reduction: str) -> torch
     return torch.ones((), dtype=torch.float32, device=target.device)
 
 
-@triton_op("gputune::fused_linear_cross_entropy", mutates_args={})
-def _flce_op(
+def _flce_impl(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     ignore_index: int, reduction: str, compute_grad: bool, chunk_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,8 +143,7 @@ def _flce_op(
     return loss, grad_h, grad_w, grad_b
 
 
-@triton_op("gputune::fused_linear_cross_entropy_backward", mutates_args={})
-def _flce_backward_op(
+def _flce_backward_impl(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: Optional[torch.Tensor],
     grad_rows: torch.Tensor, ignore_index: int, chunk_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,7 +155,15 @@ def _flce_backward_op(
     return grad_h, grad_w, grad_b
 
 
+_flce_op = triton_op("gputune::fused_linear_cross_entropy", mutates_args={})(_flce_impl)
+_flce_backward_op = triton_op("gputune::fused_linear_cross_entropy_backward", mutates_args={})(
+    _flce_backward_impl
+)
+
+
 def _setup_context(ctx, inputs, output):
+    # The gradient outputs get no gradient: zeros built for them would double the memory.
+    ctx.set_materialize_grads(False)
     hidden, weight, target, bias, ignore_index, reduction, _, chunk_rows = inputs
     ctx.reduction = reduction
     ctx.ignore_index = ignore_index
@@ -161,8 +179,9 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_loss, _gh, _gw, _gb):
     if ctx.reduction == "none":
         hidden, weight, target, bias = ctx.saved_tensors
-        grad_h, grad_w, grad_b = _flce_backward_op(
-            hidden, weight, target, bias, grad_loss, ctx.ignore_index, ctx.chunk_rows
+        grad_h, grad_w, grad_b = _common.call_backward(
+            _flce_backward_op, _flce_backward_impl,
+            hidden, weight, target, bias, grad_loss, ctx.ignore_index, ctx.chunk_rows,
         )
     else:
         grad_h, grad_w, grad_b = ctx.saved_tensors
@@ -176,6 +195,9 @@ def _backward(ctx, grad_loss, _gh, _gw, _gb):
 
 
 _flce_op.register_autograd(_backward, setup_context=_setup_context)
+_FusedLinearCrossEntropyFunction = _common.eager_function(
+    "_FusedLinearCrossEntropyFunction", _flce_impl, _setup_context, _backward
+)
 
 
 def fused_linear_cross_entropy(
@@ -222,7 +244,8 @@ def fused_linear_cross_entropy(
     compute_grad = torch.is_grad_enabled() and (
         hidden.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
-    loss = _flce_op(
-        hidden2, weight, target.reshape(-1), bias, int(ignore_index), reduction, bool(compute_grad), int(chunk_rows)
+    loss = _common.call(
+        _flce_op, _FusedLinearCrossEntropyFunction,
+        hidden2, weight, target.reshape(-1), bias, int(ignore_index), reduction, bool(compute_grad), int(chunk_rows),
     )[0]
     return loss.view(target.shape) if reduction == "none" else loss

@@ -41,8 +41,7 @@ def _gelu_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     tl.store(dx_ptr + offs, (dy * grad).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-@triton_op("gputune::gelu_tanh", mutates_args={})
-def _gelu_op(x: torch.Tensor) -> torch.Tensor:
+def _gelu_impl(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
@@ -51,8 +50,7 @@ def _gelu_op(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@triton_op("gputune::gelu_tanh_backward", mutates_args={})
-def _gelu_backward_op(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _gelu_backward_impl(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
     x = x.contiguous()
     dx = torch.empty_like(x)
@@ -62,19 +60,24 @@ def _gelu_backward_op(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return dx
 
 
+_gelu_op = triton_op("gputune::gelu_tanh", mutates_args={})(_gelu_impl)
+_gelu_backward_op = triton_op("gputune::gelu_tanh_backward", mutates_args={})(_gelu_backward_impl)
+
+
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(inputs[0])
 
 
 def _backward(ctx, dy):
     (x,) = ctx.saved_tensors
-    return _gelu_backward_op(dy, x)
+    return _common.call_backward(_gelu_backward_op, _gelu_backward_impl, dy, x)
 
 
 _gelu_op.register_autograd(_backward, setup_context=_setup_context)
+_GeluFunction = _common.eager_function("_GeluFunction", _gelu_impl, _setup_context, _backward)
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU with the tanh approximation (torch's gelu(approximate='tanh'))."""
     _common.check_float("gelu_tanh", "x", x)
-    return _gelu_op(x)
+    return _common.call(_gelu_op, _GeluFunction, x)

@@ -71,8 +71,7 @@ def _layer_norm_bwd_kernel(
         tl.store(db_part_ptr + pid * n_cols + cols, db, mask=mask)
 
 
-@triton_op("gputune::layer_norm", mutates_args={})
-def _layer_norm_op(
+def _layer_norm_impl(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     x2 = _common.rows_of(x)
@@ -90,8 +89,7 @@ def _layer_norm_op(
     return y.view(x.shape), mean, rstd
 
 
-@triton_op("gputune::layer_norm_backward", mutates_args={})
-def _layer_norm_backward_op(
+def _layer_norm_backward_impl(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
     has_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -100,8 +98,9 @@ def _layer_norm_backward_op(
     rows, n_cols = x2.shape
     dx = torch.empty_like(x2)
     programs = _common.program_count(x.device, rows) if rows > 0 else 1
-    dw_part = torch.zeros((programs, n_cols), dtype=torch.float32, device=x.device)
-    db_part = torch.zeros((programs if has_bias else 1, n_cols), dtype=torch.float32, device=x.device)
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+    # Every program writes its row of partial sums (programs <= rows), so no zero fill.
+    db_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else dw_part
     if rows > 0 and not _common.tracing_interpreted(x2):
         block = triton.next_power_of_2(n_cols)
         wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
@@ -113,7 +112,12 @@ def _layer_norm_backward_op(
     return dx.view(x.shape), dw, db
 
 
+_layer_norm_op = triton_op("gputune::layer_norm", mutates_args={})(_layer_norm_impl)
+_layer_norm_backward_op = triton_op("gputune::layer_norm_backward", mutates_args={})(_layer_norm_backward_impl)
+
+
 def _setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # mean and rstd get no gradient: build no zeros for them
     x, weight, bias, _ = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, mean, rstd)
@@ -123,11 +127,14 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layer_norm_backward_op(dy, x, weight, mean, rstd, ctx.has_bias)
+    dx, dw, db = _common.call_backward(
+        _layer_norm_backward_op, _layer_norm_backward_impl, dy, x, weight, mean, rstd, ctx.has_bias
+    )
     return dx, dw, (db.to(ctx.bias_dtype) if ctx.has_bias else None), None
 
 
 _layer_norm_op.register_autograd(_backward, setup_context=_setup_context)
+_LayerNormFunction = _common.eager_function("_LayerNormFunction", _layer_norm_impl, _setup_context, _backward)
 
 
 def layer_norm(
@@ -141,4 +148,4 @@ def layer_norm(
     if bias is not None:
         _common.check_norm_weight("layer_norm", "bias", bias, x)
     _common.check_row_len("layer_norm", x.shape[-1])
-    return _layer_norm_op(x, weight, bias, float(eps))[0]
+    return _common.call(_layer_norm_op, _LayerNormFunction, x, weight, bias, float(eps))[0]

@@ -52,8 +52,7 @@ def _rms_norm_bwd_kernel(
     tl.store(dw_part_ptr + pid * n_cols + cols, dw, mask=mask)
 
 
-@triton_op("gputune::rms_norm", mutates_args={})
-def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _rms_norm_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = _common.rows_of(x)
     rows, n_cols = x2.shape
     y = torch.empty_like(x2)
@@ -66,8 +65,7 @@ def _rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     return y.view(x.shape), rstd
 
 
-@triton_op("gputune::rms_norm_backward", mutates_args={})
-def _rms_norm_backward_op(
+def _rms_norm_backward_impl(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     x2 = _common.rows_of(x)
@@ -75,7 +73,7 @@ def _rms_norm_backward_op(
     rows, n_cols = x2.shape
     dx = torch.empty_like(x2)
     programs = _common.program_count(x.device, rows) if rows > 0 else 1
-    dw_part = torch.zeros((programs, n_cols), dtype=torch.float32, device=x.device)
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
     if rows > 0 and not _common.tracing_interpreted(x2):
         block = triton.next_power_of_2(n_cols)
         wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
@@ -85,18 +83,24 @@ def _rms_norm_backward_op(
     return dx.view(x.shape), dw_part.sum(0).to(weight.dtype)
 
 
+_rms_norm_op = triton_op("gputune::rms_norm", mutates_args={})(_rms_norm_impl)
+_rms_norm_backward_op = triton_op("gputune::rms_norm_backward", mutates_args={})(_rms_norm_backward_impl)
+
+
 def _setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # rstd gets no gradient: build no zeros for it
     x, weight, _ = inputs
     ctx.save_for_backward(x, weight, output[1])
 
 
 def _backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _rms_norm_backward_op(dy, x, weight, rstd)
+    dx, dw = _common.call_backward(_rms_norm_backward_op, _rms_norm_backward_impl, dy, x, weight, rstd)
     return dx, dw, None
 
 
 _rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
+_RMSNormFunction = _common.eager_function("_RMSNormFunction", _rms_norm_impl, _setup_context, _backward)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -106,4 +110,4 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         raise ValueError("rms_norm: x must have at least one dim, got a 0-dim tensor")
     _common.check_norm_weight("rms_norm", "weight", weight, x)
     _common.check_row_len("rms_norm", x.shape[-1])
-    return _rms_norm_op(x, weight, float(eps))[0]
+    return _common.call(_rms_norm_op, _RMSNormFunction, x, weight, float(eps))[0]

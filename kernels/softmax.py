@@ -26,26 +26,37 @@ _LOOP_BLOCK = 4096
 
 @triton.jit
 def _softmax_fwd_kernel(
-    x_ptr, y_ptr, n_cols, seq_len, scale,
-    CAUSAL: tl.constexpr, SINGLE: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr, y_ptr, n_rows, n_cols, seq_len, scale,
+    CAUSAL: tl.constexpr, SINGLE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = x_ptr + row * n_cols
-    y_row = y_ptr + row * n_cols
-    if CAUSAL:
-        limit = (row % seq_len) + 1  # query i attends to keys 0..i
-    else:
-        limit = n_cols
     # exp(s*x - m) computed as exp2((s*log2e)*x - m2): one multiply per element.
     k = scale * 1.4426950408889634
     cols = tl.arange(0, BLOCK)
     if SINGLE:
-        x = tl.load(x_row + cols, mask=cols < limit, other=-float("inf")).to(tl.float32) * k
-        m = tl.max(x, axis=0)
-        e = tl.exp2(x - m)
-        y = e / tl.sum(e, axis=0)
-        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+        # ROWS whole rows per program (short rows would leave a program too little to do).
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+        if CAUSAL:
+            limit = (rows % seq_len) + 1  # query i attends to keys 0..i
+        else:
+            limit = tl.zeros([ROWS], tl.int64) + n_cols
+        offs = rows[:, None] * n_cols + cols[None, :]
+        live = rows[:, None] < n_rows
+        x = tl.load(x_ptr + offs, mask=live & (cols[None, :] < limit[:, None]), other=-float("inf"))
+        x = x.to(tl.float32) * k
+        # Rows past n_rows are all -inf: keep their max and sum finite (their stores are masked).
+        m = tl.maximum(tl.max(x, axis=1), -1e30)
+        e = tl.exp2(x - m[:, None])
+        d = tl.sum(e, axis=1)
+        y = e / tl.where(d > 0, d, 1.0)[:, None]
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=live & (cols[None, :] < n_cols))
     else:
+        row = tl.program_id(0).to(tl.int64)
+        x_row = x_ptr + row * n_cols
+        y_row = y_ptr + row * n_cols
+        if CAUSAL:
+            limit = (row % seq_len) + 1
+        else:
+            limit = n_cols
         m = tl.full([], -float("inf"), tl.float32)
         s = tl.zeros([], tl.float32)
         for start in range(0, limit, BLOCK):
@@ -64,27 +75,34 @@ def _softmax_fwd_kernel(
 
 @triton.jit
 def _softmax_bwd_kernel(
-    y_ptr, dy_ptr, dx_ptr, n_cols, seq_len, scale,
-    CAUSAL: tl.constexpr, SINGLE: tl.constexpr, BLOCK: tl.constexpr,
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, seq_len, scale,
+    CAUSAL: tl.constexpr, SINGLE: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # dx = scale * y * (dy - sum(dy * y)); masked positions have y = 0, so dx = 0 there.
-    row = tl.program_id(0).to(tl.int64)
-    y_row = y_ptr + row * n_cols
-    dy_row = dy_ptr + row * n_cols
-    dx_row = dx_ptr + row * n_cols
-    if CAUSAL:
-        limit = (row % seq_len) + 1
-    else:
-        limit = n_cols
     cols = tl.arange(0, BLOCK)
     if SINGLE:
-        mask = cols < limit
-        y = tl.load(y_row + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
-        dot = tl.sum(y * dy, axis=0)
-        dx = scale * y * (dy - dot)
-        tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+        rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+        if CAUSAL:
+            limit = (rows % seq_len) + 1
+        else:
+            limit = tl.zeros([ROWS], tl.int64) + n_cols
+        offs = rows[:, None] * n_cols + cols[None, :]
+        live = rows[:, None] < n_rows
+        mask = live & (cols[None, :] < limit[:, None])
+        y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dot = tl.sum(y * dy, axis=1)
+        dx = scale * y * (dy - dot[:, None])
+        tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty), mask=live & (cols[None, :] < n_cols))
     else:
+        row = tl.program_id(0).to(tl.int64)
+        y_row = y_ptr + row * n_cols
+        dy_row = dy_ptr + row * n_cols
+        dx_row = dx_ptr + row * n_cols
+        if CAUSAL:
+            limit = (row % seq_len) + 1
+        else:
+            limit = n_cols
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, limit, BLOCK):
             c = start + cols
@@ -100,13 +118,18 @@ def _softmax_bwd_kernel(
             tl.store(dx_row + c, dx.to(dx_ptr.dtype.element_ty), mask=c < n_cols)
 
 
-def _blocking(n_cols: int) -> tuple[bool, int, int]:
-    """(single block?, block, warps) for rows of n_cols elements."""
+#: A program of the single-block kernel takes whole rows up to about this many elements.
+_ELEMENTS_PER_PROGRAM = 4096
+
+
+def _blocking(n_cols: int) -> tuple[bool, int, int, int]:
+    """(single block?, rows per program, block, warps) for rows of n_cols elements."""
     if n_cols <= _MAX_SINGLE_BLOCK:
         block = triton.next_power_of_2(n_cols)
-        return True, block, _common.warps_for(block)
+        rows = max(1, min(64, _ELEMENTS_PER_PROGRAM // block))
+        return True, rows, block, _common.warps_for(rows * block)
     block = min(_LOOP_BLOCK, triton.next_power_of_2(n_cols))
-    return False, block, _common.warps_for(block)
+    return False, 1, block, _common.warps_for(block)
 
 
 def launch_fwd(x: torch.Tensor, scale: float, seq_len: int, causal: bool) -> torch.Tensor:
@@ -117,9 +140,10 @@ def launch_fwd(x: torch.Tensor, scale: float, seq_len: int, causal: bool) -> tor
     rows = x.numel() // max(n_cols, 1)
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(x):
         return y
-    single, block, warps = _blocking(n_cols)
-    wrap_triton(_softmax_fwd_kernel)[(rows,)](
-        x, y, n_cols, seq_len, scale, CAUSAL=causal, SINGLE=single, BLOCK=block, num_warps=warps
+    single, per_program, block, warps = _blocking(n_cols)
+    wrap_triton(_softmax_fwd_kernel)[(triton.cdiv(rows, per_program),)](
+        x, y, rows, n_cols, seq_len, scale,
+        CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )
     return y
 
@@ -133,21 +157,24 @@ def launch_bwd(y: torch.Tensor, dy: torch.Tensor, scale: float, seq_len: int, ca
     rows = y.numel() // max(n_cols, 1)
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(y):
         return dx
-    single, block, warps = _blocking(n_cols)
-    wrap_triton(_softmax_bwd_kernel)[(rows,)](
-        y, dy, dx, n_cols, seq_len, scale, CAUSAL=causal, SINGLE=single, BLOCK=block, num_warps=warps
+    single, per_program, block, warps = _blocking(n_cols)
+    wrap_triton(_softmax_bwd_kernel)[(triton.cdiv(rows, per_program),)](
+        y, dy, dx, rows, n_cols, seq_len, scale,
+        CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )
     return dx
 
 
-@triton_op("gputune::softmax", mutates_args={})
-def _softmax_op(x: torch.Tensor) -> torch.Tensor:
+def _softmax_impl(x: torch.Tensor) -> torch.Tensor:
     return launch_fwd(x, 1.0, 1, False)
 
 
-@triton_op("gputune::softmax_backward", mutates_args={})
-def _softmax_backward_op(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+def _softmax_backward_impl(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return launch_bwd(y, dy, 1.0, 1, False)
+
+
+_softmax_op = triton_op("gputune::softmax", mutates_args={})(_softmax_impl)
+_softmax_backward_op = triton_op("gputune::softmax_backward", mutates_args={})(_softmax_backward_impl)
 
 
 def _setup_context(ctx, inputs, output):
@@ -156,10 +183,11 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _softmax_backward_op(y, dy)
+    return _common.call_backward(_softmax_backward_op, _softmax_backward_impl, y, dy)
 
 
 _softmax_op.register_autograd(_backward, setup_context=_setup_context)
+_SoftmaxFunction = _common.eager_function("_SoftmaxFunction", _softmax_impl, _setup_context, _backward)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -171,5 +199,5 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise ValueError(f"softmax: dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
     dim = dim % x.dim()
     if dim == x.dim() - 1:
-        return _softmax_op(x)
-    return _softmax_op(x.movedim(dim, -1)).movedim(-1, dim)
+        return _common.call(_softmax_op, _SoftmaxFunction, x)
+    return _common.call(_softmax_op, _SoftmaxFunction, x.movedim(dim, -1)).movedim(-1, dim)

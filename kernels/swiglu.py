@@ -41,8 +41,7 @@ def _swiglu_bwd_kernel(dy_ptr, a_ptr, b_ptr, da_ptr, db_ptr, n, BLOCK: tl.conste
     tl.store(db_ptr + offs, (dy * silu).to(db_ptr.dtype.element_ty), mask=mask)
 
 
-@triton_op("gputune::swiglu", mutates_args={})
-def _swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _swiglu_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a = a.contiguous()
     b = b.contiguous()
     y = torch.empty_like(a)
@@ -52,8 +51,7 @@ def _swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@triton_op("gputune::swiglu_backward", mutates_args={})
-def _swiglu_backward_op(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _swiglu_backward_impl(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
     a = a.contiguous()
     b = b.contiguous()
@@ -65,16 +63,21 @@ def _swiglu_backward_op(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> t
     return da, db
 
 
+_swiglu_op = triton_op("gputune::swiglu", mutates_args={})(_swiglu_impl)
+_swiglu_backward_op = triton_op("gputune::swiglu_backward", mutates_args={})(_swiglu_backward_impl)
+
+
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
 def _backward(ctx, dy):
     a, b = ctx.saved_tensors
-    return _swiglu_backward_op(dy, a, b)
+    return _common.call_backward(_swiglu_backward_op, _swiglu_backward_impl, dy, a, b)
 
 
 _swiglu_op.register_autograd(_backward, setup_context=_setup_context)
+_SwigluFunction = _common.eager_function("_SwigluFunction", _swiglu_impl, _setup_context, _backward)
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -86,4 +89,4 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"swiglu: a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.dtype != b.dtype:
         raise TypeError(f"swiglu: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    return _swiglu_op(a, b)
+    return _common.call(_swiglu_op, _SwigluFunction, a, b)
