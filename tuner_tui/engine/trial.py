@@ -136,14 +136,21 @@ class Trainer:
         i = self._step
         batch = self.workload.batch(i, self.batch_size, self.torch_device)
         host_start = time.perf_counter()
+        if self.config.compile_mode == "reduce-overhead":
+            # Tell CUDA graph trees a new iteration starts, so the previous one's outputs may be
+            # overwritten (we keep our own copy of the loss below).
+            torch.compiler.cudagraph_mark_step_begin()
         with self.tuned.autocast():
             loss = self.workload.loss(self.tuned.model, batch)
+        # A graph replay writes its outputs into static buffers that the next replay
+        # overwrites: copy the loss before the next step, or we would read that step's loss.
+        loss_value = loss.detach().clone()
         self.tuned.step(loss)
         end = None
         if self.device == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-        self._pending.append((i, end, loss.detach(), host_start))
+        self._pending.append((i, end, loss_value, host_start))
         self._step += 1
         # The first step (compile) and the warm-up are synchronous, so that their wall time is
         # exact; afterwards the host runs one step ahead of the device.
@@ -194,7 +201,9 @@ class Trainer:
         return self._peak
 
     def mfu(self, step_ms: float) -> float | None:
-        if self.workload.flops_per_item is None:
+        # On the CPU no peak is trustworthy (a probe of one matmul shape says little about
+        # autocast or compiled kernels there), so MFU is only reported for GPUs.
+        if self.workload.flops_per_item is None or self.device != "cuda":
             return None
         flops = self.workload.flops_per_item(self.tuned.model) * self.items_per_step()
         return flops / (step_ms / 1e3) / (self.peak().tflops * 1e12)
@@ -240,7 +249,7 @@ class Trainer:
                 f"{tolerance:.1%} for {self.config.precision})"
             )
         warm = [r.step_ms for r in self.records if 0 < r.step < self.warmup_steps]
-        peak = self.peak() if self.workload.flops_per_item else None
+        peak = self.peak() if self.workload.flops_per_item and self.device == "cuda" else None
         return TrialResult(
             status=status,
             tokens_per_s=self.items_per_step() / (median / 1e3),
@@ -250,7 +259,7 @@ class Trainer:
             step_ms_max=max(times),
             mfu=self.mfu(median),
             mfu_peak_tflops=peak.tflops if peak else None,
-            mfu_peak_source=peak.source if peak else "",
+            mfu_peak_source=peak.source if peak else "not computed on the CPU",
             peak_memory_bytes=max(r.peak_memory_bytes for r in self.records),
             peak_reserved_bytes=(
                 torch.cuda.max_memory_reserved() if self.device == "cuda" else None
