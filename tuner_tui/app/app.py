@@ -37,8 +37,8 @@ from tuner_tui.app.widgets.run_status import RunStatus
 from tuner_tui.app.widgets.toggles import TogglesPanel
 from tuner_tui.engine import protocol
 
-REFRESH_S = 0.2
-"""Live panels redraw five times a second (step events in between collapse into one redraw)."""
+REFRESH_S = 0.25
+"""Live panels redraw four times a second (step events in between collapse into one redraw)."""
 TELEMETRY_S = 0.5
 CRASHES_BEFORE_BASELINE = 2
 """A configuration that killed the worker this many times is not re-applied after a restart."""
