@@ -156,10 +156,14 @@ def eager_function(name, impl, setup_context, backward):
     })
 
 
-def call(op, function, *args):
-    """Run a forward op: the eager autograd.Function when possible, else the custom op."""
+def call(op, function, impl, *args):
+    """Run a forward op: its implementation directly when no gradient can flow, the eager
+    autograd.Function when one can, the custom op when tracing."""
     if fast_path(args):
-        return function.apply(*args)
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return function.apply(*args)
+        with raw_triton():
+            return impl(*args)
     return op(*args)
 
 

@@ -56,4 +56,4 @@ def causal_softmax(scores: torch.Tensor, scale: float) -> torch.Tensor:
         )
     if isinstance(scale, torch.Tensor) or not isinstance(scale, (int, float)):
         raise TypeError(f"causal_softmax: scale must be a Python float, got {type(scale).__name__}")
-    return _common.call(_causal_softmax_op, _CausalSoftmaxFunction, scores, float(scale))
+    return _common.call(_causal_softmax_op, _CausalSoftmaxFunction, _causal_softmax_impl, scores, float(scale))

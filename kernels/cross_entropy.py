@@ -142,7 +142,9 @@ def cross_entropy(
     rows = logits.numel() // max(logits.shape[-1], 1)
     _common.check_target("cross_entropy", target, rows, logits)
     _common.check_reduction("cross_entropy", reduction)
-    loss, _ = _common.call(_cross_entropy_op, _CrossEntropyFunction, logits, target.reshape(-1), int(ignore_index))
+    loss, _ = _common.call(
+        _cross_entropy_op, _CrossEntropyFunction, _cross_entropy_impl, logits, target.reshape(-1), int(ignore_index)
+    )
     if reduction == "none":
         return loss.view(target.shape)
     if reduction == "sum":

@@ -26,10 +26,7 @@ from torch.library import triton_op, wrap_triton
 from kernels import _common
 
 #: Target size of one chunk of logits; rows per chunk = _CHUNK_BYTES / (V * itemsize), a power of 2.
-_CHUNK_BYTES = 128 * 1024 * 1024
-#: grad_hidden_c = grad_c @ weight has few output tiles (C x H) and a long K (V): split K into
-#: this many batched slices (when V divides evenly) so more of the GPU works on it.
-_GRAD_HIDDEN_SPLITS = 1
+_CHUNK_BYTES = 256 * 1024 * 1024
 _BLOCK = 8192
 
 
@@ -99,16 +96,7 @@ def _chunked(
                 WRITE_GRAD=want_grad, BLOCK=block, num_warps=warps,
             )
         if want_grad:
-            splits = _GRAD_HIDDEN_SPLITS
-            if splits > 1 and vocab % splits == 0:
-                part = torch.bmm(
-                    logits.view(end - start, splits, vocab // splits).transpose(0, 1),
-                    weight.view(splits, vocab // splits, weight.shape[1]),
-                )
-                torch.sum(part, 0, out=grad_h[start:end])
-                del part
-            else:
-                torch.mm(logits, weight, out=grad_h[start:end])
+            torch.mm(logits, weight, out=grad_h[start:end])
             if start == 0:
                 torch.mm(logits.t(), h, out=grad_w)
             else:
@@ -245,7 +233,7 @@ def fused_linear_cross_entropy(
         hidden.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
     loss = _common.call(
-        _flce_op, _FusedLinearCrossEntropyFunction,
+        _flce_op, _FusedLinearCrossEntropyFunction, _flce_impl,
         hidden2, weight, target.reshape(-1), bias, int(ignore_index), reduction, bool(compute_grad), int(chunk_rows),
     )[0]
     return loss.view(target.shape) if reduction == "none" else loss

@@ -80,4 +80,4 @@ _GeluFunction = _common.eager_function("_GeluFunction", _gelu_impl, _setup_conte
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU with the tanh approximation (torch's gelu(approximate='tanh'))."""
     _common.check_float("gelu_tanh", "x", x)
-    return _common.call(_gelu_op, _GeluFunction, x)
+    return _common.call(_gelu_op, _GeluFunction, _gelu_impl, x)

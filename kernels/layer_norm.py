@@ -148,4 +148,4 @@ def layer_norm(
     if bias is not None:
         _common.check_norm_weight("layer_norm", "bias", bias, x)
     _common.check_row_len("layer_norm", x.shape[-1])
-    return _common.call(_layer_norm_op, _LayerNormFunction, x, weight, bias, float(eps))[0]
+    return _common.call(_layer_norm_op, _LayerNormFunction, _layer_norm_impl, x, weight, bias, float(eps))[0]

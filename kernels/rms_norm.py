@@ -110,4 +110,4 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         raise ValueError("rms_norm: x must have at least one dim, got a 0-dim tensor")
     _common.check_norm_weight("rms_norm", "weight", weight, x)
     _common.check_row_len("rms_norm", x.shape[-1])
-    return _common.call(_rms_norm_op, _RMSNormFunction, x, weight, float(eps))[0]
+    return _common.call(_rms_norm_op, _RMSNormFunction, _rms_norm_impl, x, weight, float(eps))[0]

@@ -199,5 +199,5 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         raise ValueError(f"softmax: dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
     dim = dim % x.dim()
     if dim == x.dim() - 1:
-        return _common.call(_softmax_op, _SoftmaxFunction, x)
-    return _common.call(_softmax_op, _SoftmaxFunction, x.movedim(dim, -1)).movedim(-1, dim)
+        return _common.call(_softmax_op, _SoftmaxFunction, _softmax_impl, x)
+    return _common.call(_softmax_op, _SoftmaxFunction, _softmax_impl, x.movedim(dim, -1)).movedim(-1, dim)

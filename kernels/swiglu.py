@@ -89,4 +89,4 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"swiglu: a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.dtype != b.dtype:
         raise TypeError(f"swiglu: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    return _common.call(_swiglu_op, _SwigluFunction, a, b)
+    return _common.call(_swiglu_op, _SwigluFunction, _swiglu_impl, a, b)

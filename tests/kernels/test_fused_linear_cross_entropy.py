@@ -97,10 +97,3 @@ def test_fused_linear_cross_entropy_real_sizes_gpu(reduction, poisoned):
     hidden, weight, _, target = _inputs(4096, 2048, 50304, torch.bfloat16, False, device="cuda")
     _check(hidden, weight, None, target, torch.bfloat16, reduction, scale=2.0)
 
-
-def test_fused_linear_cross_entropy_split_k_grad_hidden(poisoned, monkeypatch):
-    import sys
-
-    monkeypatch.setattr(sys.modules["kernels.fused_linear_cross_entropy"], "_GRAD_HIDDEN_SPLITS", 4)
-    hidden, weight, bias, target = _inputs(37, 27, 780, torch.float32, True)  # 780 = 4 x 195
-    _check(hidden, weight, bias, target, torch.float32, "mean", chunk_rows=16)
