@@ -89,3 +89,7 @@ def test_compiling_indicator(snap_compare):
         await pilot.pause(0.1)
 
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
+
+
+def test_main_screen_80x24(snap_compare):
+    assert snap_compare(recorded_app(gpu=False), terminal_size=(80, 24), run_before=settle)

@@ -71,6 +71,10 @@ def _default_sampler():
 class GputuneApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "gputune"
+    # Below these sizes the screen gets -narrow / -short and app.tcss drops the plots and the
+    # configuration panel, so an 80x24 terminal still shows the figures and the leaderboard.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
     BINDINGS = [
         Binding("a", "apply", "Apply"),
