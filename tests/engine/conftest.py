@@ -1,0 +1,24 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_gputune(*args, timeout=600, cwd=None):
+    """Run the real command in a subprocess, as a user would."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner_tui.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
+    )
+
+
+@pytest.fixture
+def gputune():
+    return run_gputune

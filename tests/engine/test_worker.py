@@ -1,0 +1,139 @@
+"""The worker process with the real training loop on the CPU: trials, the live run, faults."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from tuner_tui.engine import protocol as P
+from tuner_tui.engine.client import WorkerClient, WorkerSpec
+
+
+def _until(client, kinds, timeout=180):
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = client.wait_event(1.0)
+        if event is None:
+            if not client.is_alive():
+                break
+            continue
+        seen.append(event)
+        if isinstance(event, kinds):
+            return event, seen
+    raise AssertionError(f"no {kinds} within {timeout}s; saw {[type(e).__name__ for e in seen]}")
+
+
+@pytest.fixture
+def worker():
+    clients = []
+
+    def start(**spec):
+        c = WorkerClient(WorkerSpec(**{"workload": "gpt2-tiny", "device": "cpu", **spec}))
+        c.start()
+        ready, _ = _until(c, (P.WorkerReady, P.RunFailed))
+        clients.append(c)
+        return c, ready
+
+    yield start
+    for c in clients:
+        c.stop()
+        assert not c.is_alive()
+
+
+def test_ready_event_describes_machine_and_workload(worker):
+    _, ready = worker()
+    assert isinstance(ready, P.WorkerReady)
+    assert ready.capabilities["device"] == "cpu" and ready.capabilities["cuda"] is False
+    assert "device = cpu" in ready.capabilities["reasons"]["cuda"]
+    assert ready.workload["name"] == "gpt2-tiny" and ready.workload["items_per_sample"] == 64
+    assert ready.environment["torch"]
+
+
+def test_trial_reports_measured_figures_and_checks_the_loss(worker):
+    client, _ = worker()
+    client.send(P.RunTrial({}, steps=4, warmup_steps=2))
+    done, events = _until(client, (P.TrialFinished, P.RunFailed))
+    ref = done.result
+    assert ref.status == "ok" and ref.measured_steps == 4 and len(ref.losses) == 6
+    assert ref.tokens_per_s > 0 and ref.step_ms > 0 and ref.compile_s > 0
+    assert ref.peak_memory_bytes is not None and ref.mfu is None  # no MFU on the CPU
+    steps = [e.step for e in events if isinstance(e, P.StepMeasured)]
+    assert steps == list(range(6))
+
+    # Same seed, same batches: the same configuration reproduces the losses exactly, and a
+    # different precision stays within its tolerance.
+    client.send(P.RunTrial({"precision": "bf16", "attention": "sdpa"}, steps=4, warmup_steps=2,
+                           reference_losses=ref.losses))
+    done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    assert done.result.status == "ok" and done.result.loss_ok is True
+
+    # A wrong reference is caught as a mismatch.
+    bad = tuple(x * 1.5 for x in ref.losses)
+    client.send(P.RunTrial({}, steps=2, warmup_steps=2, reference_losses=bad))
+    done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    assert done.result.status == "loss-mismatch" and done.result.loss_ok is False
+    assert "fp32 reference" in done.result.message
+
+
+def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
+    client, _ = worker()
+    client.send(P.ApplyConfig({}, measure_steps=3))
+    started, _ = _until(client, P.RunStarted)
+    finished, _ = _until(client, P.TrialFinished)
+    assert finished.run_id == started.run_id and finished.result.status == "ok"
+
+    client.send(P.ApplyConfig({"checkpointing": "full"}, measure_steps=3))
+    started2, _ = _until(client, P.RunStarted)
+    assert started2.run_id > started.run_id and "ckpt full" in started2.label
+    finished2, _ = _until(client, P.TrialFinished)
+    assert finished2.result.loss_ok is True  # checked against the cached fp32 reference
+    assert finished2.result.strategy_report["checkpointing"]["blocks"] == 2
+
+    client.send(P.Pause())
+    _until(client, P.Paused)
+    time.sleep(0.5)
+    while client.poll(0.2):  # drain what was in flight
+        pass
+    assert client.poll(1.0) is None  # paused: no more steps
+    client.send(P.Resume())
+    _until(client, P.Resumed)
+    _until(client, P.StepMeasured)
+
+
+def test_oom_is_reported_and_the_worker_goes_on(worker):
+    client, _ = worker(fault_injection="oom")
+    client.send(P.RunTrial({}, steps=2, warmup_steps=1))
+    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
+    assert "Tried to allocate 64.00 GiB" in failed.message
+    assert "checkpointing" in failed.message and "smaller batch" in failed.message
+    assert client.is_alive()
+
+
+def test_diverged_run_is_marked(worker):
+    client, _ = worker(workload="tests.engine.user_workloads:exploding")
+    client.send(P.RunTrial({}, steps=3, warmup_steps=1))
+    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    assert isinstance(failed, P.RunFailed) and failed.kind == "diverged"
+    assert "inf" in failed.message
+    client.send(P.RunTrial({}, steps=1, warmup_steps=1))  # still serving
+    done, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    assert done.result.status in ("ok", "diverged")
+
+
+def test_invalid_configuration_for_the_device_is_refused(worker):
+    client, _ = worker()
+    client.send(P.RunTrial({"compile_mode": "reduce-overhead"}, steps=1))
+    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    assert failed.kind == "invalid" and "reduce-overhead" in failed.message
+
+
+def test_a_killed_worker_is_noticed(worker):
+    client, _ = worker()
+    os.kill(client.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while client.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.is_alive() and client.exitcode() == -signal.SIGKILL

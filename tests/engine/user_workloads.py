@@ -1,0 +1,47 @@
+"""Workloads given as module:function, for the tests (a user's own model is built this way)."""
+
+import torch
+from torch import nn
+
+from tuner_tui.engine.workloads import Workload
+
+
+class TinyMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+
+    def forward(self, x, y):
+        return nn.functional.cross_entropy(self.net(x), y)
+
+
+def _batch(step, batch_size, device):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(batch_size, 16, generator=g)
+    return x.to(device), (x[:, :4].argmax(1)).to(device)
+
+
+def tiny_mlp():
+    return Workload(name="tiny-mlp", build_model=TinyMLP, batch=_batch, items_per_sample=1,
+                    default_batch_size=32, item_name="samples")
+
+
+class Exploding(TinyMLP):
+    def forward(self, x, y):
+        loss = super().forward(x, y)
+        # From the third call on, the loss is not finite: a diverging run.
+        self.calls = getattr(self, "calls", 0) + 1
+        return loss * float("inf") if self.calls >= 3 else loss
+
+
+def exploding():
+    return Workload(name="exploding", build_model=Exploding, batch=_batch, items_per_sample=1,
+                    default_batch_size=8)
+
+
+def not_a_workload():
+    return {"model": "nope"}
+
+
+def raises():
+    raise RuntimeError("dataset server unreachable")
