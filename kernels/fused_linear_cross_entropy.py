@@ -9,7 +9,8 @@ layer) and the backward only scales them by the incoming scalar, in place. For '
 incoming gradient differs per row, so the backward recomputes each chunk (four matmuls).
 
 Peak extra memory is grad_weight (V x H, weight dtype) + grad_hidden (N x H) + one chunk of
-logits (C x V); the chunk is sized from `_CHUNK_BYTES` unless `chunk_rows` is given. grad_weight
+logits (C x V); C is `default_chunk_rows` unless `chunk_rows` is given (smaller C: less memory,
+more time, as grad_weight is re-read and re-written once per chunk). grad_weight
 accumulates across chunks in the weight's dtype (as the matmul's output); each chunk's product
 is summed in fp32 inside the matmul.
 """
@@ -25,7 +26,10 @@ from torch.library import triton_op, wrap_triton
 
 from kernels import _common
 
-#: Target size of one chunk of logits; rows per chunk = _CHUNK_BYTES / (V * itemsize), a power of 2.
+#: Rows per chunk: a power of 2, at most _MAX_CHUNK_ROWS and at most _CHUNK_BYTES of logits.
+#: On the H200 (benchmarks/results/kernels-h200.json, 8192x4096->128256 bf16): 1024 rows ran
+#: 44.4 ms with 1317 MiB extra peak, 512 rows 48.8 ms / 1207 MiB, 256 rows 59.5 ms / 1129 MiB.
+_MAX_CHUNK_ROWS = 1024
 _CHUNK_BYTES = 256 * 1024 * 1024
 _BLOCK = 8192
 
@@ -64,8 +68,8 @@ def _fused_linear_cross_entropy_fwd_kernel(
 
 
 def default_chunk_rows(n_rows: int, vocab: int, itemsize: int) -> int:
-    """Rows per chunk: a power of 2 whose logits fill about _CHUNK_BYTES, at most n_rows."""
-    rows = max(1, _CHUNK_BYTES // max(1, vocab * itemsize))
+    """Rows per chunk: a power of 2, <= _MAX_CHUNK_ROWS, <= _CHUNK_BYTES of logits, <= n_rows."""
+    rows = max(1, min(_MAX_CHUNK_ROWS, _CHUNK_BYTES // max(1, vocab * itemsize)))
     rows = 1 << (rows.bit_length() - 1)
     return max(1, min(rows, n_rows))
 
