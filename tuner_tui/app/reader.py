@@ -18,6 +18,8 @@ from typing import Any, Callable, Protocol
 
 from textual.message import Message
 
+from tuner_tui.engine.protocol import WorkerReady
+
 RESTART_LIMIT = 3
 """Deaths within RESTART_WINDOW_S after which the reader stops restarting the worker."""
 RESTART_WINDOW_S = 60.0
@@ -131,6 +133,7 @@ class EventReader(threading.Thread):
         self._source_lock = threading.Lock()
         self._deaths: deque[float] = deque()
         self._closed = False
+        self._ready = False
         self._manual_restart = threading.Event()
         self._restart_requested = False
 
@@ -186,6 +189,8 @@ class EventReader(threading.Thread):
 
     # -- reader thread ---------------------------------------------------------------------------
     def _deliver(self, event: Any) -> None:
+        if isinstance(event, WorkerReady):
+            self._ready = True
         with self._lock:
             self._events.append(event)
             notify = not self._notified
@@ -194,6 +199,7 @@ class EventReader(threading.Thread):
             self._post(EventsReady())
 
     def _start_source(self, restart: bool) -> EventSource:
+        self._ready = False
         source = self._factory()
         with _process_stderr():
             source.start()
@@ -239,6 +245,10 @@ class EventReader(threading.Thread):
                 if self._restart_requested:
                     self._restart_requested = False
                     restart, reason = True, "restart requested"
+                elif not self._ready:
+                    # It never got as far as WorkerReady (bad workload, device, data): a new
+                    # one would fail the same way.
+                    restart, reason = False, "the worker exited before it was ready; not restarting it"
                 else:
                     restart = self._should_restart()
                     reason = "" if restart or not self.auto_restart else (
