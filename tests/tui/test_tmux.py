@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -85,6 +86,34 @@ def test_gputune_in_a_terminal(tmp_path):
         ).returncode == 0:
             time.sleep(0.2)
         _, alive = psutil.wait_procs(list(seen.values()), timeout=10)
+        assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, env=ENV)
+        for p in seen.values():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+
+@pytest.mark.parametrize("how", ["ctrl+c", "sigterm"])
+def test_ctrl_c_and_sigterm_leave_no_process(tmp_path, how):
+    if not GPUTUNE.exists():
+        pytest.skip(f"{GPUTUNE} is not installed (pip install -e .)")
+    session = f"gputune-test-{time.monotonic_ns()}"
+    command = f"unset COLUMNS LINES; cd {tmp_path} && exec {GPUTUNE} --device cpu --workload gpt2-tiny"
+    tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "40", command)
+    seen: dict[int, psutil.Process] = {}
+    try:
+        pane_pid = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
+        wait_screen(session, lambda s: "training" in s, 240, "training")
+        seen.update({p.pid: p for p in family(pane_pid)})
+        assert len(seen) >= 2, "expected gputune and its worker process"
+        if how == "ctrl+c":
+            tmux("send-keys", "-t", session, "C-c")
+        else:
+            os.kill(pane_pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(list(seen.values()), timeout=20)
         assert not alive, f"processes left behind: {[p.pid for p in alive]}"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, env=ENV)
