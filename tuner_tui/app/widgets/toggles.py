@@ -43,6 +43,14 @@ def option_reason(option: Option, caps: Capabilities | None) -> str | None:
     return option_unavailable(option, probe_value(option), caps)
 
 
+def short_reason(option: Option, caps: Capabilities | None) -> str:
+    """The missing capability's own reason, for the line under a disabled option."""
+    if caps is None:
+        return ""
+    missing = [need for need in option.requires if not caps.has(need)]
+    return caps.why_not(missing[0]) if missing else ""
+
+
 def choice_reasons(option: Option, caps: Capabilities | None) -> dict[Any, str]:
     if caps is None or option.kind != "choice":
         return {}
@@ -104,6 +112,12 @@ class TogglesPanel(Widget):
         height: 1;
         padding: 0;
         background: transparent;
+    }
+    TogglesPanel .option-why {
+        display: none;
+        color: $error 80%;
+        padding: 0 0 0 2;
+        height: auto;
     }
     TogglesPanel .set-choices {
         height: auto;
@@ -182,6 +196,8 @@ class TogglesPanel(Widget):
                     with Horizontal(classes="option-row", id=f"row-{option.key}"):
                         yield Label(option.label or option.key, classes="option-label")
                         yield control
+                    # Disabled widgets cannot take focus, so their reason is shown in place.
+                    yield Static(classes="option-why", id=f"why-{option.key}")
         yield Static(id="option-help")
         with Horizontal(id="apply-row"):
             yield Button("Apply", id="apply", variant="primary", compact=True)
@@ -268,6 +284,9 @@ class TogglesPanel(Widget):
             for widget in widgets:
                 widget.disabled = bool(reason) and not self._is_set(widget, option)
                 widget.tooltip = reason
+            why = self.query_one(f"#why-{key}", Static)
+            why.update(f"✗ unavailable: {short_reason(option, caps)}" if reason else "")
+            why.display = bool(reason)
             reasons = choice_reasons(option, caps)
             if reasons:
                 self._choice_reasons[key] = reasons
