@@ -210,7 +210,9 @@ def build_cases() -> list[Case]:
     n, h = 8192, 4096
     cases.append(Case(
         name="RMSNorm fwd+bwd 8192x4096 bf16",
-        make=lambda: {"x": _randn(n, h, dtype=torch.bfloat16, grad=True), "w": _randn(h, dtype=torch.bfloat16, grad=True)},
+        make=lambda: {
+            "x": _randn(n, h, dtype=torch.bfloat16, grad=True), "w": _randn(h, dtype=torch.bfloat16, grad=True),
+        },
         eager=_rms_norm_eager, ours=lambda x, w: kernels.rms_norm(x, w), grad_inputs=("x", "w"),
         bytes_moved=5 * n * h * 2, target="<= 0.25 ms",
     ))

@@ -123,8 +123,8 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 def fast_path(args) -> bool:
     """True when args can skip the custom op: eager, no dispatch mode, plain tensors only."""
-    if torch.compiler.is_compiling():
-        return False
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False  # vmap / grad wrap tensors the raw kernels cannot read
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     if _get_current_dispatch_mode() is not None:

@@ -71,7 +71,9 @@ def _warps(n_cols: int) -> tuple[int, int]:
     return block, _common.warps_for(block)
 
 
-def _cross_entropy_impl(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _cross_entropy_impl(
+    logits: torch.Tensor, target: torch.Tensor, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     x = _common.rows_of(logits)
     rows, n_cols = x.shape
     target = target.contiguous()

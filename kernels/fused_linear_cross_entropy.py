@@ -84,8 +84,15 @@ def _chunked(
     dev = hidden.device
     loss = torch.empty(n_rows, dtype=torch.float32, device=dev)
     grad_h = torch.empty_like(hidden) if want_grad else hidden.new_empty(0)
-    grad_w = torch.empty_like(weight) if want_grad else weight.new_empty(0)
-    grad_b = torch.zeros(vocab, dtype=torch.float32, device=dev) if (want_grad and bias is not None) else hidden.new_empty(0, dtype=torch.float32)
+    # The first chunk writes grad_w whole (mm, then addmm_ for the rest); with no rows, zeros.
+    if want_grad:
+        grad_w = torch.empty_like(weight) if n_rows > 0 else torch.zeros_like(weight)
+    else:
+        grad_w = weight.new_empty(0)
+    if want_grad and bias is not None:
+        grad_b = torch.zeros(vocab, dtype=torch.float32, device=dev)
+    else:
+        grad_b = hidden.new_empty(0, dtype=torch.float32)
     scale_stride = 1 if scale.dim() == 1 else 0
     block = min(_BLOCK, triton.next_power_of_2(vocab))
     warps = _common.warps_for(block)

@@ -73,7 +73,9 @@ def _rms_norm_backward_impl(
     rows, n_cols = x2.shape
     dx = torch.empty_like(x2)
     programs = _common.program_count(x.device, rows) if rows > 0 else 1
-    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+    # Every program writes its row of partial sums (programs <= rows); with no rows, zeros.
+    alloc = torch.empty if rows > 0 else torch.zeros
+    dw_part = alloc((programs, n_cols), dtype=torch.float32, device=x.device)
     if rows > 0 and not _common.tracing_interpreted(x2):
         block = triton.next_power_of_2(n_cols)
         wrap_triton(_rms_norm_bwd_kernel)[(programs,)](

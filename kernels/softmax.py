@@ -196,7 +196,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if x.dim() == 0:
         raise ValueError("softmax: x must have at least one dim, got a 0-dim tensor")
     if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"softmax: dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+        raise ValueError(
+            f"softmax: dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}"
+        )
     dim = dim % x.dim()
     if dim == x.dim() - 1:
         return _common.call(_softmax_op, _SoftmaxFunction, _softmax_impl, x)

@@ -97,3 +97,10 @@ def test_fused_linear_cross_entropy_real_sizes_gpu(reduction, poisoned):
     hidden, weight, _, target = _inputs(4096, 2048, 50304, torch.bfloat16, False, device="cuda")
     _check(hidden, weight, None, target, torch.bfloat16, reduction, scale=2.0)
 
+
+
+def test_fused_linear_cross_entropy_with_no_rows_gives_zero_grads():
+    hidden, weight, _, target = _inputs(0, 8, 11, torch.float32, False)
+    h, w = leaf(hidden), leaf(weight)
+    kernels.fused_linear_cross_entropy(h, w, target, reduction="sum").backward()
+    assert torch.equal(w.grad, torch.zeros_like(weight)) and h.grad.shape == (0, 8)

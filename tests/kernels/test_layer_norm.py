@@ -76,3 +76,12 @@ def test_layer_norm_real_sizes_gpu(shape, dtype, poisoned):
     n = shape[-1]
     x = torch.randn(shape, device="cuda").to(dtype)
     _check(x, torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype), dtype)
+
+
+def test_layer_norm_with_no_rows_gives_zero_weight_grads():
+    x = leaf(torch.randn(0, 8, device=DEVICE))
+    w, b = leaf(torch.randn(8, device=DEVICE)), leaf(torch.randn(8, device=DEVICE))
+    y = kernels.layer_norm(x, w, b)
+    assert y.shape == (0, 8)
+    y.sum().backward()
+    assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and torch.equal(b.grad, torch.zeros(8, device=DEVICE))

@@ -61,3 +61,9 @@ def test_rms_norm_rejects_bad_inputs(monkeypatch):
 @pytest.mark.parametrize("shape", [(8192, 4096), (1823, 781), (64, 65536)])
 def test_rms_norm_real_sizes_gpu(shape, dtype, poisoned):
     _check(torch.randn(shape, device="cuda").to(dtype), torch.randn(shape[-1], device="cuda").to(dtype), dtype)
+
+
+def test_rms_norm_with_no_rows_gives_zero_weight_grad():
+    x, w = leaf(torch.randn(2, 0, 8, device=DEVICE)), leaf(torch.randn(8, device=DEVICE))
+    kernels.rms_norm(x, w).sum().backward()
+    assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (2, 0, 8)

@@ -1,4 +1,5 @@
 import sys
+import warnings
 
 import pytest
 import torch
@@ -73,3 +74,11 @@ def test_softmax_rejects_bad_inputs(monkeypatch):
 @pytest.mark.parametrize("shape", [(4096, 4096), (16384, 1024), (512, 65536)])
 def test_softmax_real_sizes_gpu(shape, dtype, poisoned):
     _check(torch.randn(shape, device="cuda").mul(3).to(dtype), dtype)
+
+
+def test_softmax_under_vmap_goes_through_the_custom_op():
+    x = torch.randn(3, 4, 17, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no batching rule: torch loops over the batch, and says so
+        got = torch.func.vmap(kernels.softmax)(x)
+    torch.testing.assert_close(got, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
