@@ -136,3 +136,15 @@ def test_the_step_that_compiled_is_not_plotted():
     s.apply(step(1, 1), 15.1)
     assert list(s.step_ms.values) == [8.0]
     assert s.last_step.step == 1
+
+
+def test_screenshot_tool_parses_configurations():
+    import pytest
+
+    from strategies.config import ConfigError
+    from tuner_tui.app.screenshot import parse_config
+
+    c = parse_config("precision=bf16,fused_kernels=layer_norm+gelu,compile_fullgraph=true,compile_mode=default")
+    assert c.precision == "bf16" and c.fused_kernels == ("layer_norm", "gelu") and c.compile_fullgraph
+    with pytest.raises(ConfigError):
+        parse_config("nope=1")

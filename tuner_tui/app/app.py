@@ -349,6 +349,13 @@ class GputuneApp(App[int]):
             self.notify(f"{config.label()} will be applied when the worker is ready", timeout=3)
         return True
 
+    def apply_in_turn(self, configs: Iterable[TuneConfig]) -> None:
+        """Apply `configs` one after another, each once the previous one is measured (or
+        failed); the start configuration and scripted sessions use this."""
+        self._queue.extend(configs)
+        if self.session.worker_state in ("ready", "idle") and self._queue:
+            self._next_in_queue()
+
     @on(TogglesPanel.ApplyRequested)
     def _apply_requested(self, event: TogglesPanel.ApplyRequested) -> None:
         if event.config is None:
