@@ -355,3 +355,13 @@ def test_reader_close_stops_the_source_and_is_idempotent():
     reader.close()
     reader.close()
     assert not reader.is_alive() and not worker.alive
+
+
+@async_test
+async def test_apply_in_turn_runs_each_configuration_after_the_previous_one():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        app.apply_in_turn([TuneConfig().replace(precision="bf16"), TuneConfig().replace(optimizer="fused")])
+        await wait_for(pilot, lambda: len(app.session.rows) == 3)
+        assert [r.result.label for r in app.session.rows] == ["fp32", "bf16", "fp32 + fused AdamW"]

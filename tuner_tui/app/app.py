@@ -353,7 +353,8 @@ class GputuneApp(App[int]):
         """Apply `configs` one after another, each once the previous one is measured (or
         failed); the start configuration and scripted sessions use this."""
         self._queue.extend(configs)
-        if self.session.worker_state in ("ready", "idle") and self._queue:
+        measured = self.session.current_result() is not None
+        if self._queue and (measured or self.session.worker_state == "idle"):
             self._next_in_queue()
 
     @on(TogglesPanel.ApplyRequested)
