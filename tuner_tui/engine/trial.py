@@ -111,6 +111,7 @@ class Trainer:
         self._rss_base = psutil.Process().memory_info().rss
         self._rss_peak = self._rss_base
         self._peak: Peak | None = None
+        self._flops_per_step: float | None = None
 
     # -- building ------------------------------------------------------------------------------
     def build(self) -> None:
@@ -208,7 +209,9 @@ class Trainer:
         # autocast or compiled kernels there), so MFU is only reported for GPUs.
         if self.workload.flops_per_item is None or self.device != "cuda":
             return None
-        flops = self.workload.flops_per_item(self.tuned.model) * self.items_per_step()
+        if self._flops_per_step is None:  # once: counting parameters every step costs host time
+            self._flops_per_step = self.workload.flops_per_item(self.tuned.model) * self.items_per_step()
+        flops = self._flops_per_step
         return flops / (step_ms / 1e3) / (self.peak().tflops * 1e12)
 
     def items_per_step(self) -> int:
