@@ -148,3 +148,17 @@ def test_screenshot_tool_parses_configurations():
     assert c.precision == "bf16" and c.fused_kernels == ("layer_norm", "gelu") and c.compile_fullgraph
     with pytest.raises(ConfigError):
         parse_config("nope=1")
+
+
+def test_gpu_panel_text_one_block_per_gpu_or_one_line_each():
+    from tuner_tui.app.widgets.gpu_panel import describe_gpu, describe_gpu_line
+    from tuner_tui.engine.telemetry import GpuSample
+
+    gpu = GpuSample(3, "NVIDIA H200", 87.0, 61 << 30, 141 << 30, 512.0, 700.0, 61.0, 1980, 1980, 78.0, 44.0)
+    block = describe_gpu(gpu).plain
+    for expected in ("GPU 3 NVIDIA H200", "87%", "61 GiB / 141 GiB", "512 / 700 W", "61°C", "1980/1980 MHz", "tensor 44%"):
+        assert expected in block
+    line = describe_gpu_line(gpu).plain
+    assert line.startswith("3 ") and "512W" in line and "tc 44%" in line and "\n" not in line
+    bare = describe_gpu(GpuSample(0, "T4", gpm_note="GPM: not supported on this GPU (Hopper or later)")).plain
+    assert "— / — W" in bare and "GPM: not supported" in bare

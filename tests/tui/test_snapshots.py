@@ -15,11 +15,11 @@ from tuner_tui.engine import protocol
 RUNS = 5
 
 
-def recorded_app(gpu: bool = True) -> GputuneApp:
+def recorded_app(gpu: bool = True, gpus: int = 1) -> GputuneApp:
     events = load_recording()
     return GputuneApp(
         lambda: RecordedWorker(events),
-        sampler_factory=lambda: FakeSampler(gpu=gpu),
+        sampler_factory=lambda: FakeSampler(gpu=gpu, count=gpus),
         subtitle="gpt2-tiny · cpu",
         clock=lambda: 1000.0,
     )
@@ -93,3 +93,7 @@ def test_compiling_indicator(snap_compare):
 
 def test_main_screen_80x24(snap_compare):
     assert snap_compare(recorded_app(gpu=False), terminal_size=(80, 24), run_before=settle)
+
+
+def test_main_screen_four_gpus(snap_compare):
+    assert snap_compare(recorded_app(gpus=4), terminal_size=(160, 50), run_before=settle)

@@ -161,15 +161,18 @@ class FakeWorker:
 class FakeSampler:
     """Telemetry from a fixed H200-like sample (or none, with the real no-NVML reason)."""
 
-    def __init__(self, gpu: bool = True):
+    def __init__(self, gpu: bool = True, count: int = 1):
         self.gpu = gpu
+        self.count = count
         self.closed = False
 
     def sample(self, pid=None) -> TelemetrySample:
         gpus = ()
         if self.gpu:
-            gpus = (
-                GpuSample(0, "NVIDIA H200", 87.0, 61 << 30, 141 << 30, 512.0, 700.0, 61.0, 1980, 1980, 78.0, 44.0),
+            gpus = tuple(
+                GpuSample(i, "NVIDIA H200", 87.0 - 3 * i, (61 + i) << 30, 141 << 30, 512.0 - 10 * i, 700.0,
+                          61.0 + i, 1980, 1980, 78.0, 44.0 - i)
+                for i in range(self.count)
             )
         return TelemetrySample(
             wall_time=1_700_000_000.0,

@@ -51,6 +51,27 @@ def describe_gpu(gpu: GpuSample) -> Text:
     return text
 
 
+COMPACT_FROM = 3
+"""From this many GPUs on, one line per GPU."""
+
+
+def describe_gpu_line(gpu: GpuSample) -> Text:
+    """One GPU in one line, for machines with several."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{gpu.index} ", style="bold")
+    util = None if gpu.utilization_pct is None else gpu.utilization_pct / 100
+    text.append_text(bar(util, 5))
+    text.append(f"{fmt.percent(gpu.utilization_pct):>5} ")
+    memory = _ratio(gpu.memory_used_bytes, gpu.memory_total_bytes)
+    text.append(f"mem {fmt.percent(None if memory is None else 100 * memory):>4} ", style=level_style(memory))
+    watts = "—" if gpu.power_w is None else f"{gpu.power_w:.0f}W"
+    temp = "—" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}°C"
+    text.append(f"{watts:>5} {temp:>5}")
+    if gpu.tensor_activity_pct is not None:
+        text.append(f" tc {gpu.tensor_activity_pct:.0f}%")
+    return text
+
+
 class GpuPanel(Static):
     """One block per GPU, or the reason there is none."""
 
@@ -71,8 +92,11 @@ class GpuPanel(Static):
             self.update(Text(sample.gpu_unavailable or "no GPU", style="yellow"))
             return
         text = Text()
+        compact = len(sample.gpus) >= COMPACT_FROM
+        if compact:
+            text.append(f"{len(sample.gpus)} × {sample.gpus[0].name}\n", style="bold cyan")
         for i, gpu in enumerate(sample.gpus):
             if i:
                 text.append("\n")
-            text.append_text(describe_gpu(gpu))
+            text.append_text(describe_gpu_line(gpu) if compact else describe_gpu(gpu))
         self.update(text)
