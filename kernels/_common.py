@@ -87,12 +87,15 @@ def warps_for(block: int) -> int:
     return 2
 
 
-def program_count(device: torch.device, rows: int) -> int:
-    """Programs for a persistent grid: a few per multiprocessor on CUDA, a handful interpreted."""
+def program_count(device: torch.device) -> int:
+    """Programs for a persistent grid: 4 per multiprocessor on CUDA, 4 interpreted.
+
+    It does not depend on the number of rows (programs past the last row store zero partial
+    sums), so that a compiled graph with a dynamic batch size does not specialize on it.
+    """
     if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(rows, sms * 4))
-    return max(1, min(rows, 4))
+        return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
 
 
 def tracing_interpreted(t: torch.Tensor) -> bool:

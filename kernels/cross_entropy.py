@@ -67,7 +67,7 @@ def _cross_entropy_bwd_kernel(
 
 
 def _warps(n_cols: int) -> tuple[int, int]:
-    block = min(_BLOCK, triton.next_power_of_2(n_cols))
+    block = min(_BLOCK, triton.next_power_of_2(int(n_cols)))
     return block, _common.warps_for(block)
 
 

@@ -79,7 +79,7 @@ def _chunked(
     ignore_index: int, scale: torch.Tensor, want_grad: bool, chunk_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Loss per row and, when want_grad, the gradients for d(sum_i scale_i * loss_i)."""
-    n_rows, _ = hidden.shape
+    n_rows = int(hidden.shape[0])  # the chunk loop is Python: a compiled graph specializes on N
     vocab = weight.shape[0]
     dev = hidden.device
     loss = torch.empty(n_rows, dtype=torch.float32, device=dev)
@@ -94,7 +94,7 @@ def _chunked(
     else:
         grad_b = hidden.new_empty(0, dtype=torch.float32)
     scale_stride = 1 if scale.dim() == 1 else 0
-    block = min(_BLOCK, triton.next_power_of_2(vocab))
+    block = min(_BLOCK, triton.next_power_of_2(int(vocab)))
     warps = _common.warps_for(block)
     w_t = weight.t()
     for start in range(0, n_rows, chunk_rows):

@@ -80,7 +80,7 @@ def _layer_norm_impl(
     mean = torch.empty(rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(n_cols)
+        block = triton.next_power_of_2(int(n_cols))
         has_bias = bias is not None
         wrap_triton(_layer_norm_fwd_kernel)[(rows,)](
             x2, weight.contiguous(), bias.contiguous() if has_bias else weight, y, mean, rstd, n_cols, eps,
@@ -97,14 +97,12 @@ def _layer_norm_backward_impl(
     dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
     rows, n_cols = x2.shape
     dx = torch.empty_like(x2)
-    programs = _common.program_count(x.device, rows) if rows > 0 else 1
-    # Every program writes its row of partial sums (programs <= rows), so no zero fill; with no
-    # rows no program runs and the sums must read zero.
-    alloc = torch.empty if rows > 0 else torch.zeros
-    dw_part = alloc((programs, n_cols), dtype=torch.float32, device=x.device)
-    db_part = alloc((programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else dw_part
-    if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(n_cols)
+    programs = _common.program_count(x.device)
+    # Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+    db_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else dw_part
+    if not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(int(n_cols))
         wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
             dy2, x2, weight.contiguous(), mean, rstd, dx, dw_part, db_part, rows, n_cols, programs,
             HAS_BIAS=has_bias, BLOCK=block, num_warps=_common.warps_for(block),

@@ -58,7 +58,7 @@ def _rms_norm_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[t
     y = torch.empty_like(x2)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(n_cols)
+        block = triton.next_power_of_2(int(n_cols))
         wrap_triton(_rms_norm_fwd_kernel)[(rows,)](
             x2, weight.contiguous(), y, rstd, n_cols, eps, BLOCK=block, num_warps=_common.warps_for(block)
         )
@@ -72,12 +72,11 @@ def _rms_norm_backward_impl(
     dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
     rows, n_cols = x2.shape
     dx = torch.empty_like(x2)
-    programs = _common.program_count(x.device, rows) if rows > 0 else 1
-    # Every program writes its row of partial sums (programs <= rows); with no rows, zeros.
-    alloc = torch.empty if rows > 0 else torch.zeros
-    dw_part = alloc((programs, n_cols), dtype=torch.float32, device=x.device)
-    if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(n_cols)
+    programs = _common.program_count(x.device)
+    # Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
+    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+    if not _common.tracing_interpreted(x2):
+        block = triton.next_power_of_2(int(n_cols))
         wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
             dy2, x2, weight.contiguous(), rstd, dx, dw_part, rows, n_cols, programs,
             BLOCK=block, num_warps=_common.warps_for(block),

@@ -125,10 +125,10 @@ _ELEMENTS_PER_PROGRAM = 4096
 def _blocking(n_cols: int) -> tuple[bool, int, int, int]:
     """(single block?, rows per program, block, warps) for rows of n_cols elements."""
     if n_cols <= _MAX_SINGLE_BLOCK:
-        block = triton.next_power_of_2(n_cols)
+        block = triton.next_power_of_2(int(n_cols))
         rows = max(1, min(64, _ELEMENTS_PER_PROGRAM // block))
         return True, rows, block, _common.warps_for(rows * block)
-    block = min(_LOOP_BLOCK, triton.next_power_of_2(n_cols))
+    block = min(_LOOP_BLOCK, triton.next_power_of_2(int(n_cols)))
     return False, 1, block, _common.warps_for(block)
 
 
