@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 import torch.nn.functional as F
 
@@ -82,3 +84,16 @@ def test_cross_entropy_real_sizes_gpu(vocab, dtype, poisoned):
     rows = 2048
     logits = torch.randn(rows, vocab, device="cuda").mul(3).to(dtype)
     _check(logits, _targets(rows, vocab), dtype, "mean")
+
+
+@given(rows=st.integers(1, 9), vocab=st.integers(2, 400), ignored=st.integers(0, 3))
+@settings(max_examples=15, deadline=None)
+def test_cross_entropy_any_small_shape_matches_torch(rows, vocab, ignored):
+    logits = torch.randn(rows, vocab, device=DEVICE) * 4
+    target = torch.randint(0, vocab, (rows,), device=DEVICE)
+    target[: min(ignored, rows - 1)] = -100  # keep one row that counts
+    for reduction in ("mean", "none"):
+        torch.testing.assert_close(
+            kernels.cross_entropy(logits, target, reduction=reduction),
+            F.cross_entropy(logits, target, reduction=reduction), atol=1e-5, rtol=1e-5,
+        )

@@ -35,3 +35,18 @@ def test_kernels_import_only_torch_and_triton():
     code = "import sys, kernels; print(sorted(m for m in ('strategies', 'tuner_tui', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
     assert out.strip() == "[]"
+
+
+def test_ops_under_autocast_compute_in_the_input_dtype():
+    import torch
+
+    from kernel_testing import DEVICE
+
+    x = torch.randn(5, 123, device=DEVICE)
+    w = torch.randn(123, device=DEVICE)
+    target = torch.randint(0, 123, (5,), device=DEVICE)
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        assert kernels.softmax(x).dtype == torch.float32
+        assert kernels.rms_norm(x, w).dtype == torch.float32
+        assert kernels.rms_norm(x.bfloat16(), w).dtype == torch.bfloat16
+        assert kernels.cross_entropy(x.bfloat16(), target).dtype == torch.float32

@@ -2,6 +2,8 @@ import sys
 import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 import kernels
@@ -82,3 +84,10 @@ def test_softmax_under_vmap_goes_through_the_custom_op():
         warnings.simplefilter("ignore")  # no batching rule: torch loops over the batch, and says so
         got = torch.func.vmap(kernels.softmax)(x)
     torch.testing.assert_close(got, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
+
+
+@given(rows=st.integers(1, 9), cols=st.integers(1, 300), scale=st.floats(0.1, 30.0))
+@settings(max_examples=15, deadline=None)
+def test_softmax_any_small_shape_matches_torch(rows, cols, scale):
+    x = torch.randn(rows, cols, device=DEVICE) * scale
+    torch.testing.assert_close(kernels.softmax(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
