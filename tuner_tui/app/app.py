@@ -222,17 +222,13 @@ class GputuneApp(App[int]):
         elif isinstance(event, protocol.TrialFinished):
             result = event.result
             self.notify(
-                f"{result.label}: {fmt.rate(result.tokens_per_s)} tokens/s, "
+                f"{result.label}: {fmt.rate(result.tokens_per_s)} {self.session.item_name}/s, "
                 f"{fmt.milliseconds(result.step_ms)} ms/step",
                 title="measured",
                 timeout=4,
             )
             self._next_in_queue()
         elif isinstance(event, protocol.RunFailed):
-            if self.session.capabilities is None and self.reader is not None:
-                # The worker could not even set up (bad workload, device or data): a restart
-                # would fail the same way.
-                self.reader.auto_restart = False
             self.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
             self._next_in_queue()
         elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
