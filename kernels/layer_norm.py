@@ -138,12 +138,17 @@ _LayerNormFunction = _common.eager_function("_LayerNormFunction", _layer_norm_im
 
 
 def layer_norm(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, eps: float = 1e-5
+    x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor] = None, eps: float = 1e-5
 ) -> torch.Tensor:
-    """LayerNorm of x over its last dim: (x - mean) / sqrt(var + eps) * weight (+ bias)."""
+    """LayerNorm of x over its last dim: (x - mean) / sqrt(var + eps) * weight (+ bias).
+
+    weight=None (nn.LayerNorm(elementwise_affine=False)) means a weight of ones.
+    """
     _common.check_float("layer_norm", "x", x)
     if x.dim() == 0:
         raise ValueError("layer_norm: x must have at least one dim, got a 0-dim tensor")
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     _common.check_norm_weight("layer_norm", "weight", weight, x)
     if bias is not None:
         _common.check_norm_weight("layer_norm", "bias", bias, x)

@@ -8,6 +8,8 @@ torch reduction adds the P partial sums.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -104,11 +106,16 @@ _rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
 _RMSNormFunction = _common.eager_function("_RMSNormFunction", _rms_norm_impl, _setup_context, _backward)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm of x over its last dim: x / sqrt(mean(x^2) + eps) * weight."""
+def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm of x over its last dim: x / sqrt(mean(x^2) + eps) * weight.
+
+    weight=None (nn.RMSNorm(elementwise_affine=False)) means a weight of ones.
+    """
     _common.check_float("rms_norm", "x", x)
     if x.dim() == 0:
         raise ValueError("rms_norm: x must have at least one dim, got a 0-dim tensor")
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     _common.check_norm_weight("rms_norm", "weight", weight, x)
     _common.check_row_len("rms_norm", x.shape[-1])
     return _common.call(_rms_norm_op, _RMSNormFunction, _rms_norm_impl, x, weight, float(eps))[0]

@@ -85,3 +85,11 @@ def test_layer_norm_with_no_rows_gives_zero_weight_grads():
     assert y.shape == (0, 8)
     y.sum().backward()
     assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and torch.equal(b.grad, torch.zeros(8, device=DEVICE))
+
+
+def test_layer_norm_without_weight_matches_torch(poisoned):
+    x = leaf(torch.randn(5, 123, device=DEVICE))
+    y = kernels.layer_norm(x, None)
+    torch.testing.assert_close(y, F.layer_norm(x.detach(), (123,)), atol=1e-5, rtol=1e-4)
+    y.sum().backward()
+    assert x.grad.shape == x.shape

@@ -67,3 +67,9 @@ def test_rms_norm_with_no_rows_gives_zero_weight_grad():
     x, w = leaf(torch.randn(2, 0, 8, device=DEVICE)), leaf(torch.randn(8, device=DEVICE))
     kernels.rms_norm(x, w).sum().backward()
     assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (2, 0, 8)
+
+
+def test_rms_norm_without_weight_matches_reference(poisoned):
+    x = torch.randn(5, 123, device=DEVICE)
+    y = kernels.rms_norm(x, None, 1e-6)
+    torch.testing.assert_close(y.double(), _reference(x.double(), 1.0, 1e-6), atol=1e-5, rtol=1e-4)
