@@ -365,3 +365,18 @@ async def test_apply_in_turn_runs_each_configuration_after_the_previous_one():
         app.apply_in_turn([TuneConfig().replace(precision="bf16"), TuneConfig().replace(optimizer="fused")])
         await wait_for(pilot, lambda: len(app.session.rows) == 3)
         assert [r.result.label for r in app.session.rows] == ["fp32", "bf16", "fp32 + fused AdamW"]
+
+
+@async_test
+async def test_command_palette_runs_an_action():
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        await pilot.press(*"export configuration")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen), timeout=5)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))

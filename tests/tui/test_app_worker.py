@@ -71,3 +71,20 @@ async def test_dashboard_drives_the_real_worker(tmp_path):
         await pilot.press("q")
         await wait_for(pilot, lambda: all(gone(p) for p in pids), timeout=15)
     assert all(gone(p) for p in pids)
+
+
+@pytest.mark.slow
+@async_test
+async def test_an_oom_in_the_worker_becomes_an_oom_row_and_the_worker_lives_on():
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection="oom")
+    app = GputuneApp(lambda: WorkerClient(spec), sampler_factory=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1, timeout=120)
+        row = app.session.rows[0]
+        assert row.result.status == "oom"
+        assert "out of memory" in row.result.message.lower()
+        assert app.session.worker_state == "idle" and app.reader._source.is_alive()
+        assert any("oom" in (n.title or "") for n in app._notifications)
+        pid = app.session.worker_pid
+        await pilot.press("q")
+        await wait_for(pilot, lambda: gone(pid), timeout=15)
