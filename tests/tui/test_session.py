@@ -162,3 +162,16 @@ def test_gpu_panel_text_one_block_per_gpu_or_one_line_each():
     assert line.startswith("3 ") and "512W" in line and "tc 44%" in line and "\n" not in line
     bare = describe_gpu(GpuSample(0, "T4", gpm_note="GPM: not supported on this GPU (Hopper or later)")).plain
     assert "— / — W" in bare and "GPM: not supported" in bare
+
+
+def test_a_run_refused_before_it_started_is_a_row_but_a_failed_setup_is_not():
+    s = Session()
+    s.apply(protocol.RunFailed(0, "invalid", "unknown workload 'x'"), 0.0)
+    assert s.rows == []
+    s.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)
+    s.apply(protocol.TrialFinished(1, result("fp32", 1000.0)), 0.0)
+    s.applying({"precision": "fp16"}, "fp16")
+    s.apply(protocol.RunFailed(2, "invalid", "precision = fp16 needs a CUDA GPU"), 0.0)
+    assert [(r.number, r.result.label, r.result.status) for r in s.rows] == [(1, "fp32", "ok"), (2, "fp16", "invalid")]
+    s.apply(protocol.RunStarted(3, {}, "bf16", 8), 0.0)
+    assert s.markers[-1].number == 3

@@ -339,7 +339,7 @@ class GputuneApp(App[int]):
             protocol.ApplyConfig(config.to_dict())
         )
         if sent:
-            self.session.applying(config.label())
+            self.session.applying(config.to_dict(), config.label())
         else:
             self._deferred = config
             self.notify(f"{config.label()} will be applied when the worker is ready", timeout=3)

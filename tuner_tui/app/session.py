@@ -107,6 +107,10 @@ class Session:
     """How many workers were started; part of every run's key."""
     run_number: int = 0
     """Runs started this session; the number of the current run."""
+    run_numbers: dict = field(default_factory=dict)
+    """(worker generation, run id) -> run number."""
+    pending: tuple[dict, str] | None = None
+    """(config, label) sent to the worker and not started yet."""
 
     last_step: protocol.StepMeasured | None = None
     throughput: Series = field(default_factory=Series)
@@ -137,8 +141,11 @@ class Session:
         return next((r for r in self.rows if r.key == key), None)
 
     def _add_row(self, run_id: int | None, result: protocol.TrialResult) -> Row:
-        number = self.run_number if run_id is not None and run_id == self.run_id else len(self.rows) + 1
         key = (self.generation, run_id) if run_id is not None else None
+        number = self.run_numbers.get(key) if key is not None else None
+        if number is None:  # a run refused before it started still counts as one
+            self.run_number += 1
+            number = self.run_number
         row = Row(number, key, result)
         self.rows.append(row)
         return row
@@ -176,6 +183,7 @@ class Session:
         self.worker_note = ""
 
     def _on_RunStarted(self, event: protocol.RunStarted, now: float) -> None:
+        self.pending = None
         self.run_id = event.run_id
         self.run_label = event.label
         self.run_config = dict(event.config)
@@ -184,6 +192,7 @@ class Session:
         self.compile_s = None
         self.worker_state = "running"
         self.run_number += 1
+        self.run_numbers[(self.generation, event.run_id)] = self.run_number
         self.markers.append(Marker(self.throughput.end, self.run_number, event.label))
 
     def _on_CompileStarted(self, event: protocol.CompileStarted, now: float) -> None:
@@ -228,14 +237,18 @@ class Session:
             result = event.result
         elif row is not None:
             result = replace(row.result, status=event.kind, message=event.message)
+        elif event.run_id == self.run_id:
+            result = failed_result(self.run_config, self.run_label, event.kind, event.message)
+        elif self.pending is not None:
+            # Refused before it started (RunStarted never came): the row is the request.
+            result = failed_result(self.pending[0], self.pending[1], event.kind, event.message)
         else:
-            config = self.run_config if event.run_id == self.run_id else {}
-            label = self.run_label if event.run_id == self.run_id else config_label(config)
-            result = failed_result(config, label, event.kind, event.message)
+            result = None  # the worker failed to set up: nothing was tried
         if row is not None:
             row.result = result
-        else:
+        elif result is not None:
             self._add_row(event.run_id, result)
+        self.pending = None
         if event.run_id == self.run_id or self.run_id is None:
             self.worker_state = "idle"
             self.compile_started_at = None
@@ -253,11 +266,12 @@ class Session:
         self.logs.append((event.level, event.text))
 
     # -- app-level facts (not protocol events) ---------------------------------------------------
-    def applying(self, label: str) -> None:
+    def applying(self, config: dict, label: str) -> None:
         """A configuration was sent; the worker builds it (and its loss reference) before the
         RunStarted that follows."""
         self.worker_state = "applying"
         self.worker_note = label
+        self.pending = (dict(config), label)
         self.version += 1
 
     def worker_started(self, pid: int | None) -> None:
