@@ -213,6 +213,9 @@ class GputuneApp(App[int]):
         """What the app does about an event beyond recording it."""
         if isinstance(event, protocol.WorkerReady):
             self.toggles.capabilities = self.session.capabilities
+            caps = self.session.capabilities
+            where = caps.gpu_name or caps.device
+            self.sub_title = f"{self.session.workload.get('name', '')} · {where}"
             self._on_worker_ready()
         elif isinstance(event, protocol.RunStarted):
             try:

@@ -16,7 +16,7 @@ STATE_LOOK = {
     "running": ("●", "training", "green"),
     "compiling": ("◐", "compiling…", "bold yellow"),
     "paused": ("⏸", "paused", "yellow"),
-    "idle": ("○", "idle: the last run failed; apply a configuration", "red"),
+    "idle": ("○", "idle: the last run failed (a applies the options, r re-applies a row)", "red"),
     "dead": ("✖", "worker died", "bold red"),
     "stopped": ("■", "stopped", "dim"),
 }
