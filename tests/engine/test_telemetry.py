@@ -7,7 +7,6 @@ import subprocess
 import sys
 import types
 
-import pytest
 
 from tuner_tui.engine.telemetry import TelemetrySampler, visible_gpu_filter
 

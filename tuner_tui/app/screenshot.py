@@ -9,7 +9,6 @@ throughput with the dashboard attached (against `gputune bench`).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
