@@ -380,3 +380,60 @@ async def test_command_palette_runs_an_action():
         await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen), timeout=5)
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, ExportScreen))
+
+
+def test_children_of_a_killed_worker_are_reaped():
+    """A SIGKILLed worker's children (torch.compile's compile workers) are orphaned, not killed;
+    the reader remembers them while the worker lives and reaps them when it dies."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+
+    class ProcessWorker(FakeWorker):
+        def start(self):
+            self.proc = subprocess.Popen([sys.executable, "-c", parent_code])
+            self._pid = self.proc.pid
+            super().start()
+
+        def is_alive(self):
+            return self.proc.poll() is None
+
+        def exitcode(self):
+            return self.proc.poll()
+
+        def stop(self, timeout=5.0):
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+
+    made: list[ProcessWorker] = []
+    reader = EventReader(lambda: made.append(ProcessWorker()) or made[-1], lambda message: None)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if made and hasattr(made[0], "proc") and psutil.Process(made[0].pid).children():
+                break
+            time.sleep(0.05)
+        child = psutil.Process(made[0].pid).children()[0]
+        time.sleep(1.5)  # the reader lists children once a second
+        os.kill(made[0].pid, signal.SIGKILL)
+        child.wait(timeout=10)  # raises if the orphan survives
+        deadline = time.monotonic() + 10
+        while len(made) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(made) == 2  # and a new worker took its place
+    finally:
+        reader.close()
+    for worker in made:
+        assert not psutil.pid_exists(worker.pid) or psutil.Process(worker.pid).status() == psutil.STATUS_ZOMBIE

@@ -24,6 +24,8 @@ RESTART_LIMIT = 3
 """Deaths within RESTART_WINDOW_S after which the reader stops restarting the worker."""
 RESTART_WINDOW_S = 60.0
 WAIT_S = 0.25
+CHILDREN_EVERY_S = 1.0
+"""How often the worker's child processes are listed, so they can be reaped if it dies."""
 
 
 class EventSource(Protocol):
@@ -136,6 +138,8 @@ class EventReader(threading.Thread):
         self._ready = False
         self._manual_restart = threading.Event()
         self._restart_requested = False
+        self._children: list = []
+        self._children_at = 0.0
 
     # -- UI side ---------------------------------------------------------------------------------
     def take(self) -> list:
@@ -208,12 +212,21 @@ class EventReader(threading.Thread):
         self._post(WorkerStarted(source.pid, restart))
         return source
 
-    def _stop_source(self, source: EventSource) -> None:
-        children = _descendants(source.pid)
+    def _stop_source(self, source: EventSource, timeout: float = 5.0) -> None:
+        """Stop the worker and reap its children: those seen while it lived (a dead worker's
+        children are no longer its children) and those it has now."""
+        children = {p.pid: p for p in self._children + _descendants(source.pid)}
+        self._children = []
         try:
-            source.stop()
+            source.stop(timeout=timeout)
         finally:
-            _reap(children)
+            _reap(list(children.values()))
+
+    def _watch_children(self, source: EventSource) -> None:
+        now = time.monotonic()
+        if now - self._children_at >= CHILDREN_EVERY_S:
+            self._children_at = now
+            self._children = _descendants(source.pid)
 
     def _should_restart(self) -> bool:
         now = time.monotonic()
@@ -222,11 +235,29 @@ class EventReader(threading.Thread):
             self._deaths.popleft()
         return self.auto_restart and len(self._deaths) < RESTART_LIMIT
 
+    def _start_or_report(self, restart: bool) -> EventSource | None:
+        """Start a worker; on failure say why and wait for a manual restart (or the end)."""
+        while not self._stopping.is_set():
+            try:
+                return self._start_source(restart)
+            except Exception as exc:  # the worker could not even be spawned
+                reason = f"could not start the worker: {type(exc).__name__}: {exc}"
+                self._post(WorkerExited(None, None, False, reason))
+            if not self._wait_for_manual_restart():
+                return None
+        return None
+
+    def _wait_for_manual_restart(self) -> bool:
+        """Block until restart_worker() is called (True) or the reader is closed (False)."""
+        while not self._stopping.is_set() and not self._manual_restart.wait(0.25):
+            pass
+        self._manual_restart.clear()
+        self._restart_requested = False
+        return not self._stopping.is_set()
+
     def run(self) -> None:
-        try:
-            source = self._start_source(restart=False)
-        except Exception as exc:  # the worker could not even be spawned
-            self._post(WorkerExited(None, None, False, f"could not start the worker: {type(exc).__name__}: {exc}"))
+        source = self._start_or_report(restart=False)
+        if source is None:
             return
         try:
             while not self._stopping.is_set():
@@ -239,7 +270,10 @@ class EventReader(threading.Thread):
                 if event is not None:
                     self._deliver(event)
                     continue
-                if source.is_alive() or self._stopping.is_set():
+                if self._stopping.is_set():
+                    continue
+                if source.is_alive():
+                    self._watch_children(source)
                     continue
                 # Dead: whatever it sent before dying has been drained by wait_event.
                 if self._restart_requested:
@@ -257,20 +291,14 @@ class EventReader(threading.Thread):
                     )
                 self._manual_restart.clear()
                 self._post(WorkerExited(source.pid, source.exitcode(), restart, reason))
-                children = _descendants(source.pid)
                 with self._source_lock:
                     self._source = None
-                source.stop(timeout=1.0)
-                _reap(children)
-                if not restart:
-                    # Wait for a manual restart request (restart_worker clears the deaths).
-                    while not self._stopping.is_set() and not self._manual_restart.wait(0.25):
-                        pass
-                    if self._stopping.is_set():
-                        return
-                    self._manual_restart.clear()
-                    self._restart_requested = False
-                source = self._start_source(restart=True)
+                self._stop_source(source, timeout=1.0)
+                if not restart and not self._wait_for_manual_restart():
+                    return
+                source = self._start_or_report(restart=True)
+                if source is None:
+                    return
         finally:
             with self._source_lock:
                 current, self._source = self._source, None
