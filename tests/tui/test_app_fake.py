@@ -308,6 +308,7 @@ async def test_help_and_command_palette_reach_every_action():
             "reapply": "Re-apply selected row", "export": "Export configuration",
             "sort": "Sort leaderboard", "baseline": "Apply baseline",
             "restart_worker": "Restart worker", "help": "Help", "quit": "Quit gputune",
+            "history": "History",
         }
         assert actions == set(wanted)
         assert set(wanted.values()) <= titles
@@ -437,3 +438,28 @@ def test_children_of_a_killed_worker_are_reaped():
         reader.close()
     for worker in made:
         assert not psutil.pid_exists(worker.pid) or psutil.Process(worker.pid).status() == psutil.STATUS_ZOMBIE
+
+
+@async_test
+async def test_history_lists_stored_trials_and_reapplies_one(tmp_path, monkeypatch):
+    from tuner_tui.app.screens.history import HistoryScreen
+    from tuner_tui.engine.store import ResultStore
+
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path))
+    app, workers = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        tuned = TuneConfig().replace(precision="bf16", optimizer="fused")
+        with ResultStore() as store:
+            for config, tokens in ((TuneConfig(), 1000.0), (tuned, 2500.0)):
+                result = protocol.TrialResult(config=config.to_dict(), label=config.label(), status="ok", tokens_per_s=tokens)
+                store.record(result, app.session.environment, "gpt2-tiny", 20, 5)
+            # Another machine's trial is not this machine's history.
+            store.record(result, {"device": "cuda", "gpu_name": "other"}, "gpt2-tiny", 20, 5)
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen))
+        assert len(app.screen.trials) == 2
+        assert "bf16 + fused AdamW" in screen_text(app)
+        await pilot.press("enter")  # the newest first: the tuned one
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        assert applied(workers[0])[-1]["optimizer"] == "fused"

@@ -25,6 +25,7 @@ from tuner_tui.app import format as fmt
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
+from tuner_tui.app.screens.history import HistoryScreen
 from tuner_tui.app.session import Row, Session
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
@@ -81,6 +82,7 @@ class GputuneApp(App[int]):
         Binding("r", "reapply", "Re-apply row"),
         Binding("e", "export", "Export"),
         Binding("s", "sort", "Sort"),
+        Binding("h", "history", "History"),
         Binding("b", "baseline", "Baseline", show=False),
         Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
         Binding("question_mark", "help", "Help"),
@@ -439,6 +441,48 @@ class GputuneApp(App[int]):
 
         self.push_screen(ExportScreen(what), write)
 
+    # -- history ---------------------------------------------------------------------------------
+    def action_history(self) -> None:
+        if self.session.capabilities is None:
+            self.notify("The worker is not ready yet: the history is per machine.", severity="warning")
+            return
+        self._load_history(dict(self.session.environment), str(self.session.workload.get("name", "")))
+
+    @work(thread=True, exclusive=True, group="history", exit_on_error=False)
+    def _load_history(self, environment: dict, workload: str) -> None:
+        """Reads the result store in a thread (SQLite may wait on a writer's lock)."""
+        trials: list = []
+        problem = ""
+        try:
+            from tuner_tui.engine.store import ResultStore, StoreError
+
+            try:
+                with ResultStore() as store:
+                    trials = store.past(environment, workload or None, limit=500)
+            except StoreError as exc:
+                problem = str(exc)
+        except ImportError as exc:
+            problem = f"no result store: {exc}"
+        where = f"{self.session.capabilities.gpu_name or self.session.capabilities.device}, {workload}"
+        self.call_from_thread(self._show_history, trials, where, problem)
+
+    def _show_history(self, trials: list, where: str, problem: str) -> None:
+        def chosen(config: dict | None) -> None:
+            if config is None:
+                return
+            try:
+                tuned = TuneConfig.from_dict(config)
+            except ConfigError as exc:
+                self.notify(str(exc), title="cannot re-apply", severity="error")
+                return
+            self.toggles.set_config(tuned, applied=False)
+            self._queue.clear()
+            if self.apply_config(tuned):
+                self.notify(f"re-applying {tuned.label()} from the history", timeout=3)
+
+        if not isinstance(self.screen, HistoryScreen):
+            self.push_screen(HistoryScreen(trials, where, problem), chosen)
+
     # -- help, palette, quit ---------------------------------------------------------------------
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -453,6 +497,7 @@ class GputuneApp(App[int]):
         yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
         yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
         yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
+        yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
         yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
         yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
 

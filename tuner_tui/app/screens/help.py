@@ -34,6 +34,7 @@ same initial weights and batches, so the figures compare like with like.
 | `r` | re-apply the selected leaderboard row |
 | `e` | export the selected row (or the current configuration) |
 | `s` | sort the leaderboard by the next column |
+| `h` | history: what was measured before on this machine (Enter re-applies) |
 | `b` | apply the baseline (all defaults) |
 | `ctrl+r` | restart the worker process |
 | `ctrl+p` | command palette: every action by name |
