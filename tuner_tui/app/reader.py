@@ -18,12 +18,14 @@ from typing import Any, Callable, Protocol
 
 from textual.message import Message
 
-from tuner_tui.engine.protocol import WorkerReady
+from tuner_tui.engine.protocol import StepMeasured, WorkerReady
 
 RESTART_LIMIT = 3
 """Deaths within RESTART_WINDOW_S after which the reader stops restarting the worker."""
 RESTART_WINDOW_S = 60.0
 WAIT_S = 0.25
+FLUSH_S = 0.05
+"""Step events are handed to the UI at most this often (20 times a second)."""
 CHILDREN_EVERY_S = 1.0
 """How often the worker's child processes are listed, so they can be reaped if it dies."""
 
@@ -140,6 +142,7 @@ class EventReader(threading.Thread):
         self._restart_requested = False
         self._children: list = []
         self._children_at = 0.0
+        self._last_post = 0.0
 
     # -- UI side ---------------------------------------------------------------------------------
     def take(self) -> list:
@@ -197,10 +200,25 @@ class EventReader(threading.Thread):
             self._ready = True
         with self._lock:
             self._events.append(event)
-            notify = not self._notified
-            self._notified = True
+        # Steps wait up to FLUSH_S for company; anything else goes to the UI at once.
+        self._flush(force=not isinstance(event, StepMeasured))
+
+    def _flush(self, force: bool = False) -> None:
+        """Post one EventsReady for whatever is queued, unless one is already on its way."""
+        now = time.monotonic()
+        with self._lock:
+            due = force or now - self._last_post >= FLUSH_S
+            notify = bool(self._events) and not self._notified and due
+            if notify:
+                self._notified = True
+                self._last_post = now
         if notify:
             self._post(EventsReady())
+
+    @property
+    def _pending(self) -> bool:
+        with self._lock:
+            return bool(self._events) and not self._notified
 
     def _start_source(self, restart: bool) -> EventSource:
         self._ready = False
@@ -262,7 +280,7 @@ class EventReader(threading.Thread):
         try:
             while not self._stopping.is_set():
                 try:
-                    event = source.wait_event(WAIT_S)
+                    event = source.wait_event(FLUSH_S if self._pending else WAIT_S)
                 except (OSError, ValueError, EOFError):
                     # The queues were closed under us (a restart request stopped the source).
                     event = None
@@ -270,6 +288,7 @@ class EventReader(threading.Thread):
                 if event is not None:
                     self._deliver(event)
                     continue
+                self._flush(force=True)
                 if self._stopping.is_set():
                     continue
                 if source.is_alive():

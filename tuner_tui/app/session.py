@@ -121,6 +121,8 @@ class Session:
     logs: deque = field(default_factory=lambda: deque(maxlen=LOG_CAPACITY))
     version: int = 0
     """Incremented on every change; widgets redraw when it moved."""
+    rows_version: int = 0
+    """Incremented when a leaderboard row is added or changed."""
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -148,6 +150,7 @@ class Session:
             number = self.run_number
         row = Row(number, key, result)
         self.rows.append(row)
+        self.rows_version += 1
         return row
 
     @property
@@ -226,6 +229,7 @@ class Session:
         row = self.row_for_run(event.run_id)
         if row is not None:
             row.result = event.result
+            self.rows_version += 1
         else:
             self._add_row(event.run_id, event.result)
         if event.run_id == self.run_id and event.result.compile_s is not None:
@@ -246,6 +250,7 @@ class Session:
             result = None  # the worker failed to set up: nothing was tried
         if row is not None:
             row.result = result
+            self.rows_version += 1
         elif result is not None:
             self._add_row(event.run_id, result)
         self.pending = None

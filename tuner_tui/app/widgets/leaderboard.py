@@ -111,7 +111,7 @@ class Leaderboard(DataTable):
 
     @staticmethod
     def _signature(session: Session) -> tuple:
-        return tuple((r.number, r.result) for r in session.rows)
+        return (id(session), session.rows_version)
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
         if reverse is None:
