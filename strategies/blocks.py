@@ -5,13 +5,18 @@ from __future__ import annotations
 from torch import nn
 
 
-def find_blocks(model: nn.Module) -> list[nn.Module]:
-    """The model's transformer (or other repeated) blocks: the largest `nn.ModuleList` whose
-    children all have one type. Empty if the model has none."""
+def _largest_uniform(model: nn.Module, container: type) -> list[nn.Module]:
     best: list[nn.Module] = []
     for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) > len(best):
+        if type(module) is container and len(module) > max(len(best), 1):
             children = list(module)
-            if children and all(type(c) is type(children[0]) for c in children):
+            if all(type(c) is type(children[0]) for c in children):
                 best = children
     return best
+
+
+def find_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's transformer (or other repeated) blocks: the largest `nn.ModuleList` whose
+    children all have one type (at least two), else the largest such `nn.Sequential` (a
+    ResNet stage, say). Empty if the model has none; a workload can then name its blocks."""
+    return _largest_uniform(model, nn.ModuleList) or _largest_uniform(model, nn.Sequential)

@@ -14,7 +14,6 @@ import functools
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from strategies.blocks import find_blocks
 
 _SAVE_OPS = {
     torch.ops.aten.mm.default,
@@ -51,7 +50,7 @@ def apply(run, config) -> None:
     if config.checkpointing == "off":
         run.report["checkpointing"] = {"blocks": 0}
         return
-    blocks = find_blocks(run.model)
+    blocks = run.repeated_blocks()
     if not blocks:
         run.report["checkpointing"] = {"blocks": 0, "reason": "no repeated blocks found"}
         return

@@ -7,7 +7,6 @@ the trainer reports that step's time as the compile time.
 
 from __future__ import annotations
 
-from strategies.blocks import find_blocks
 
 
 def compile_kwargs(config) -> dict:
@@ -23,7 +22,7 @@ def apply(run, config) -> None:
         return
     kwargs = compile_kwargs(config)
     if config.compile_scope == "block":
-        blocks = find_blocks(run.model)
+        blocks = run.repeated_blocks()
         if blocks:
             for block in blocks:
                 block.compile(**kwargs)

@@ -30,6 +30,13 @@ class TunedRun:
     scaler: torch.amp.GradScaler | None = None
     report: dict[str, Any] = field(default_factory=dict)
     """What each strategy did, keyed by strategy name (counts of swapped modules, ...)."""
+    blocks: list[nn.Module] | None = None
+    """The repeated blocks to checkpoint or compile one by one; None: found automatically."""
+
+    def repeated_blocks(self) -> list[nn.Module]:
+        from strategies.blocks import find_blocks
+
+        return list(self.blocks) if self.blocks is not None else find_blocks(self.model)
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -67,15 +74,18 @@ def apply(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     device_type: str | None = None,
+    blocks: list[nn.Module] | None = None,
 ) -> TunedRun:
     """Apply every strategy of `config` to `model` (in place) and rebuild `optimizer`.
 
     Order: precision, attention, fused kernels, activation checkpointing, compile, optimizer.
+    `blocks` names the model's repeated blocks for checkpointing and per-block compile; by
+    default they are found (the largest list of same-type modules).
     Raises ConfigError when a choice cannot run on the model's device.
     """
     if not isinstance(config, TuneConfig):
         raise ConfigError(f"strategies.apply needs a TuneConfig, not {type(config).__name__}")
-    run = TunedRun(config, model, optimizer, device_type or _device_type(model))
+    run = TunedRun(config, model, optimizer, device_type or _device_type(model), blocks=blocks)
     for strategy in STRATEGIES:
         if strategy.module is None:
             continue

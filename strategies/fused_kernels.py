@@ -137,3 +137,19 @@ def apply(run, config) -> None:
     counts = swap_modules(run.model, chosen)
     # Say what was asked for but not found, so a user sees why a kernel made no difference.
     run.report["fused_kernels"] = {k: counts.get(k, 0) for k in config.fused_kernels}
+    run.report["fused_kernels_left"] = unswapped_candidates(run.model)
+
+
+# Class-name endings of modules that look like norms or activations we could not swap (for
+# example Hugging Face's NewGELUActivation or a plain nn.SiLU inside an MLP's forward).
+_LOOKS_FUSABLE = ("Norm", "GELU", "Activation", "SiLU", "Softmax")
+
+
+def unswapped_candidates(model: nn.Module) -> dict[str, int]:
+    left: dict[str, int] = {}
+    ours = (FusedLayerNorm, FusedRMSNorm, FusedGeluTanh, FusedSiluMul, FusedCausalSoftmax)
+    for m in model.modules():
+        name = type(m).__name__
+        if not isinstance(m, ours) and name.endswith(_LOOKS_FUSABLE):
+            left[name] = left.get(name, 0) + 1
+    return left

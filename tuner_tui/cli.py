@@ -1,4 +1,4 @@
-"""The `gputune` command: the dashboard by default, `bench` headless.
+"""The `gputune` command: the dashboard by default, `bench` and `tune` headless.
 
 User errors (bad flags, bad configuration files, a workload that does not import) print one
 line that names the problem and the allowed values, and exit with code 2. This module imports
@@ -13,7 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from strategies.config import ConfigError, ExportedConfig, TuneConfig, parse_value, read, save
+from strategies.config import (
+    ConfigError, ExportedConfig, TuneConfig, format_of, parse_value, read, save,
+)
 from strategies.registry import OPTIONS
 from tuner_tui import __version__
 
@@ -79,7 +81,40 @@ def build_parser() -> Parser:
                        "loss matched the reference (TOML or JSON by extension)")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
+    add_tune_parser(sub)
     return parser
+
+
+def add_tune_parser(sub) -> None:
+    tune = sub.add_parser("tune", help="search for the fastest configuration, headless",
+                          description="Search precision, attention, compile mode, optimizer, fused "
+                          "kernels, checkpointing and batch size for the fastest configuration "
+                          "whose loss matches the fp32 reference, each trial in a fresh process; "
+                          "print the ranking and the throughput/memory Pareto front, and export "
+                          "the winner.")
+    add_run_options(tune)
+    tune.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                      help="hold an option at one value instead of searching it (repeatable)")
+    tune.add_argument("--search", metavar="KEY=V1,V2", action="append", default=[], dest="choices",
+                      help="the values to try for an option (repeatable); set values join with "
+                           "'+', e.g. fused_kernels=none,layer_norm+gelu; batch sizes may be "
+                           "multiples of the default, e.g. batch_size=x1,x2,x4")
+    tune.add_argument("--max-memory", metavar="SIZE", help="memory budget, e.g. 40GiB: trials "
+                      "estimated to need more are skipped (default: the GPU's memory; on the "
+                      "CPU, the available RAM)")
+    tune.add_argument("--budget-minutes", type=float, default=10.0, metavar="M",
+                      help="start no trial after this many minutes (default 10; 0: no limit)")
+    tune.add_argument("--steps", type=int, default=20, help="measured steps per trial (default 20)")
+    tune.add_argument("--warmup", type=int, default=5, help="steps before measuring, the first of "
+                      "which compiles (default 5)")
+    tune.add_argument("--out", metavar="FILE", default="gputune.toml", help="where to export the "
+                      "recommendation (TOML or JSON by extension; default gputune.toml)")
+    tune.add_argument("--store", metavar="FILE", help="the result store (default: "
+                      "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
+    tune.add_argument("--json", metavar="FILE", help="write every trial, the front and the "
+                      "recommendation as JSON")
+    tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
+                      help="give up on a trial after this many seconds (default 900)")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -155,10 +190,10 @@ def cmd_bench(args) -> int:
     except bench.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     gpu = environment.get("gpu_name") or "CPU"
-    print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} tokens per sequence, "
+    print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} {workload['item_name']} per sample, "
           f"default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
           f"triton {environment.get('triton')}, driver {environment.get('driver')}")
-    print(bench.format_table(results))
+    print(bench.format_table(results, workload.get("item_name", "tokens")))
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
         print(f"wrote {args.json}")
@@ -176,6 +211,66 @@ def cmd_bench(args) -> int:
     return 0 if any(r.status == "ok" for r in results) else 1
 
 
+def cmd_tune(args) -> int:
+    from tuner_tui.engine import bench, search
+    from tuner_tui.engine.store import ResultStore, StoreError
+
+    check_run_options(args)
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
+    if args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
+                         "step compiles)")
+    if args.budget_minutes < 0:
+        raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number >= 0 "
+                         "(0: no limit)")
+    max_memory = None
+    if args.max_memory is not None:
+        try:
+            max_memory = search.parse_bytes(args.max_memory)
+        except ValueError as exc:
+            raise UsageError(f"--max-memory {exc}") from None
+    overrides = parse_overrides(args.overrides)
+    choices = {}
+    for item in args.choices:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise UsageError(f"--search {item!r} must look like KEY=V1,V2, e.g. precision=fp32,bf16")
+        if key.strip() in overrides:
+            raise UsageError(f"--search {key.strip()} and --set {key.strip()} both name one option")
+        choices[key.strip()] = search.parse_choices(key.strip(), text)
+    format_of(args.out)
+    plan = search.SearchPlan(
+        worker_spec(args), steps=args.steps, warmup_steps=args.warmup, max_memory_bytes=max_memory,
+        budget_s=args.budget_minutes * 60 or None, trial_timeout_s=args.trial_timeout,
+        fixed=overrides, choices=choices,
+    )
+    try:
+        store = ResultStore(args.store)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        outcome = search.Search(plan, store).run()
+    except bench.WorkerStartError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        store.close()
+    environment, workload = outcome.environment, outcome.workload
+    print(f"\n{workload['name']} on {environment.get('gpu_name') or 'CPU'}, "
+          f"{workload['items_per_sample']} tokens per sequence, default batch "
+          f"{workload['default_batch_size']}, torch {environment.get('torch')}, triton "
+          f"{environment.get('triton')}, driver {environment.get('driver')}; store {store.path}")
+    print(search.report(outcome))
+    if args.json:
+        search.write_json(args.json, outcome, plan)
+        print(f"wrote {args.json}")
+    if search.export(outcome, args.out) is None:
+        print("nothing exported", file=sys.stderr)
+        return 1
+    print(f"exported {outcome.recommendation.label} to {args.out}")
+    return 0
+
+
 def cmd_dashboard(args) -> int:
     check_run_options(args)
     start = read(args.config).config if args.config else None
@@ -185,11 +280,17 @@ def cmd_dashboard(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `--workload mymodule:build` should find modules in the current directory, as
+    # `python -m` would; the worker processes inherit this path.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         return cmd_dashboard(args)
     except (UsageError, ConfigError) as exc:
         print(f"gputune: {exc}", file=sys.stderr)

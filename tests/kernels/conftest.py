@@ -1,30 +1,8 @@
-"""Kernel tests run on CUDA when present, else on the CPU through Triton's interpreter.
+"""Fixtures for the kernel tests. The session-wide setup (TRITON_INTERPRET without CUDA, the
+skipping of `gpu` tests) is in tests/conftest.py."""
 
-TRITON_INTERPRET must be set before any @triton.jit kernel is defined (at import of kernels),
-so it is set here, at collection, when no CUDA device is present.
-"""
-
-import os
-
+import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device (real sizes); skipped without one")
-
-
-def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
 
 
 @pytest.fixture

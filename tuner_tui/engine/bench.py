@@ -116,8 +116,9 @@ class Progress:
         self.prefix = ""
         self._last_line = ""
 
-    def begin(self, index: int, total: int, label: str) -> None:
-        self.prefix = f"[{index}/{total}] {label}"
+    def begin(self, index: int, total: int | str, label: str, note: str = "") -> None:
+        """`note` adds context after the count, e.g. the search's elapsed time and best so far."""
+        self.prefix = f"[{index}/{total}{' | ' + note if note else ''}] {label}"
         self.started = time.monotonic()
         self.set("starting worker")
 
@@ -169,8 +170,10 @@ def run_one(
     plan: BenchPlan,
     reference: tuple[float, ...],
     progress: Progress,
+    stop_if_slower_than_ms: float | None = None,
 ) -> protocol.TrialResult:
-    client.send(protocol.RunTrial(config.to_dict(), plan.steps, plan.warmup_steps, reference))
+    client.send(protocol.RunTrial(config.to_dict(), plan.steps, plan.warmup_steps, reference,
+                                  stop_if_slower_than_ms=stop_if_slower_than_ms))
     deadline = time.monotonic() + plan.trial_timeout_s
     progress.set("building")
     measured = 0
@@ -296,10 +299,12 @@ def _gib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**30:.2f}"
 
 
-def format_table(results: list[protocol.TrialResult]) -> str:
-    base = next((r.tokens_per_s for r in results if r.tokens_per_s), None)
-    headers = ["#", "configuration", "tokens/s", "x first", "step ms", "MFU", "peak GiB",
-               "compile s", "loss", "status"]
+def format_table(results: list[protocol.TrialResult], baseline: float | None = None) -> str:
+    """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
+    by the first row's."""
+    base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
+    headers = ["#", "configuration", "tokens/s", "x base" if baseline else "x first", "step ms",
+               "MFU", "peak GiB", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
         ratio = f"{r.tokens_per_s / base:.2f}x" if (r.tokens_per_s and base) else "-"

@@ -125,7 +125,10 @@ class Trainer:
             model = self.workload.build_model()
         model.train()
         optimizer = self.workload.make_optimizer(model)
-        self.tuned = strategies.apply(self.config, model, optimizer, device_type=self.device)
+        blocks = self.workload.blocks(model) if self.workload.blocks else None
+        self.tuned = strategies.apply(
+            self.config, model, optimizer, device_type=self.device, blocks=blocks
+        )
         self.report = self.tuned.report
 
     def will_compile(self) -> bool:

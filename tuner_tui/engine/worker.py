@@ -9,8 +9,10 @@ itself is left for the parent to notice.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
+import statistics
 import time
 import traceback
 
@@ -48,7 +50,9 @@ class Worker:
             elif self.device != "cpu":
                 raise ConfigError(f"unknown device {self.device!r}: allowed devices are cuda, cpu")
             name = workloads.resolve_name(self.spec.workload, self.device)
-            self.workload = workloads.load(name, self.spec.sequence_length, self.spec.seed, self.spec.data)
+            self.workload = workloads.load(
+                name, self.spec.sequence_length, self.spec.seed, self.spec.data, self.device
+            )
         except (ConfigError, workloads.WorkloadError, ValueError) as exc:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
             return False
@@ -97,7 +101,7 @@ class Worker:
         config.check_runnable(self.caps)
         trainer = self._trainer(config, warmup, reference)
         self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
-        if self.spec.fault_injection == "oom":
+        if self._inject_oom(trainer.batch_size):
             import torch
 
             raise torch.OutOfMemoryError(
@@ -106,6 +110,12 @@ class Worker:
             )
         trainer.build()
         return trainer
+
+    def _inject_oom(self, batch_size: int) -> bool:
+        fault = self.spec.fault_injection or ""
+        if fault.startswith("oom-above:"):
+            return batch_size > int(fault.partition(":")[2])
+        return fault == "oom"
 
     def _emit_records(self, trainer, records) -> None:
         for r in records:
@@ -157,6 +167,10 @@ class Worker:
             self._emit_records(trainer, self._first_step(trainer))
             for _ in range(cmd.warmup_steps + cmd.steps - 1):
                 self._emit_records(trainer, trainer.step())
+                if self._too_slow(trainer, cmd):
+                    self._emit_records(trainer, trainer.finish())
+                    self.emit(protocol.TrialFinished(self.run_id, self._stopped(trainer, cmd)))
+                    return
             self._emit_records(trainer, trainer.finish())
             self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
         except Exception as exc:
@@ -164,6 +178,29 @@ class Worker:
         finally:
             if trainer is not None:
                 trainer.close()
+
+    @staticmethod
+    def _too_slow(trainer, cmd: protocol.RunTrial) -> bool:
+        if cmd.stop_if_slower_than_ms is None:
+            return False
+        measured = trainer.measured_records()
+        if len(measured) < max(1, cmd.stop_after_steps) or len(measured) >= cmd.steps:
+            return False
+        return statistics.median(r.step_ms for r in measured) > cmd.stop_if_slower_than_ms
+
+    @staticmethod
+    def _stopped(trainer, cmd: protocol.RunTrial) -> protocol.TrialResult:
+        # Keep the figures of the steps measured so far; the status keeps it out of the ranking.
+        result = trainer.result()
+        return dataclasses.replace(
+            result,
+            status="stopped" if result.status == "ok" else result.status,
+            message=result.message or (
+                f"stopped after {result.measured_steps} measured steps: median "
+                f"{result.step_ms:.1f} ms > {cmd.stop_if_slower_than_ms:.1f} ms, clearly slower "
+                "than the best so far"
+            ),
+        )
 
     def apply_config(self, cmd: protocol.ApplyConfig) -> None:
         self.stop_live()

@@ -1,7 +1,8 @@
 """Workloads: what gets trained. Built-in GPT-2- and Llama-style models, or a user's own.
 
-A user's workload is `package.module:function`; the function takes no arguments (or keyword
-arguments `device`, `seed`) and returns a `Workload`.
+A user's workload is `package.module:function`. The function may take any of the keyword
+arguments `device` ("cuda" or "cpu"), `seed`, `seq_len` and `data` (the --data path), and
+returns a `Workload`. See examples/ for Hugging Face, vision and hand-written models.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class Workload:
     """Training FLOPs per item (6N + attention for transformers), for MFU; None: no MFU."""
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer] = default_optimizer
     item_name: str = "tokens"
+    blocks: Callable[[nn.Module], list[nn.Module]] | None = None
+    """The model's repeated blocks, for checkpointing and per-block compile; None: found
+    automatically (the largest list of same-type modules)."""
 
     def describe(self, model: nn.Module | None = None) -> dict:
         d = {
@@ -124,7 +128,10 @@ def builtin(name: str, seq_len: int | None, seed: int, data: str | None) -> Work
     )
 
 
-def load(name: str, seq_len: int | None = None, seed: int = 0, data: str | None = None) -> Workload:
+def load(
+    name: str, seq_len: int | None = None, seed: int = 0, data: str | None = None,
+    device: str = "cpu",
+) -> Workload:
     """A built-in workload by name, or a user's `module:function`."""
     if name in BUILTIN:
         return builtin(name, seq_len, seed, data)
@@ -143,7 +150,8 @@ def load(name: str, seq_len: int | None = None, seed: int = 0, data: str | None 
     if not callable(func):
         raise WorkloadError(f"workload {name!r}: {module_name} has no function {func_name!r}")
     params = inspect.signature(func).parameters
-    kwargs = {k: v for k, v in {"seed": seed, "seq_len": seq_len, "data": data}.items() if k in params}
+    offered = {"seed": seed, "seq_len": seq_len, "data": data, "device": device}
+    kwargs = {k: v for k, v in offered.items() if k in params}
     try:
         result = func(**kwargs)
     except Exception as exc:

@@ -1,0 +1,1 @@
+"""Example workloads: `gputune bench --workload examples.<module>:<function>`."""

@@ -1,0 +1,25 @@
+"""Session-wide test setup.
+
+Without CUDA, the Triton kernels run on the CPU through Triton's interpreter. TRITON_INTERPRET
+must be set before triton is first imported anywhere in the session (any test module may import
+it indirectly, e.g. through transformers), so it is set here, at the root, before collection.
+Tests marked `gpu` are skipped where CUDA is absent.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

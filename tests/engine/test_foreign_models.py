@@ -1,0 +1,107 @@
+"""Strategies on models that are not ours: Hugging Face causal LMs built from a config, a
+convolutional network, a plain MLP (the workloads in examples/)."""
+
+import os
+
+import pytest
+import torch
+
+import strategies
+from strategies import TuneConfig
+from tuner_tui.engine.trial import Trainer
+
+pytest.importorskip("transformers")
+from examples import hf_causal_lm, plain_model, vision_cnn  # noqa: E402
+
+
+def _trainer(workload, config: dict, steps=3, reference=()):
+    t = Trainer(workload, TuneConfig.from_dict(config), "cpu", warmup_steps=1,
+                reference_losses=reference)
+    t.build()
+    for _ in range(steps):
+        t.step()
+    t.finish()
+    return t
+
+
+@pytest.mark.parametrize(
+    "factory, blocks",
+    [(hf_causal_lm.llama, 2), (hf_causal_lm.gpt2, 2), (vision_cnn.resnet, 4), (plain_model.mlp, 6)],
+)
+def test_checkpointing_and_precision_on_foreign_models_keep_the_loss(factory, blocks):
+    w = factory(device="cpu")
+    ref = _trainer(w, {})
+    losses = tuple(r.loss for r in ref.records)
+    t = _trainer(w, {"precision": "bf16", "checkpointing": "full", "optimizer": "foreach"},
+                 reference=losses)
+    assert t.report["checkpointing"]["blocks"] == blocks
+    ok, worst, tol = t.loss_check()
+    assert ok, (worst, tol)
+    assert t.result().status == "ok"
+
+
+def test_every_n_and_selective_checkpointing_on_hugging_face_llama():
+    w = hf_causal_lm.llama(device="cpu")
+    ref = tuple(r.loss for r in _trainer(w, {}).records)
+    for policy in ("every-n", "selective"):
+        t = _trainer(w, {"checkpointing": policy, "checkpoint_every": 2}, reference=ref)
+        assert t.loss_check()[0], policy
+        assert t.report["checkpointing"]["blocks"] == (1 if policy == "every-n" else 2)
+
+
+@pytest.fixture
+def interpreted_kernels(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import kernels
+
+    if not kernels.available()[0]:
+        pytest.skip("Triton kernels cannot run here")
+
+
+@pytest.mark.parametrize(
+    "factory, swapped, left",
+    [
+        (hf_causal_lm.llama, {"rms_norm": 5, "layer_norm": 0, "gelu": 0}, {"SiLUActivation": 2}),
+        (hf_causal_lm.gpt2, {"rms_norm": 0, "layer_norm": 5, "gelu": 0}, {"NewGELUActivation": 2}),
+        (plain_model.mlp, {"rms_norm": 0, "layer_norm": 6, "gelu": 6}, {}),
+    ],
+)
+def test_kernel_swap_reports_what_it_swapped_and_what_it_left(interpreted_kernels, factory,
+                                                               swapped, left):
+    w = factory(device="cpu")
+    ref = tuple(r.loss for r in _trainer(w, {}, steps=2).records)
+    t = _trainer(w, {"fused_kernels": ["layer_norm", "rms_norm", "gelu"]}, steps=2, reference=ref)
+    assert t.report["fused_kernels"] == swapped
+    assert t.report["fused_kernels_left"] == left
+    ok, worst, _ = t.loss_check()
+    assert ok, worst
+
+
+def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
+    w = hf_causal_lm.gpt2(device="cpu")
+    config = TuneConfig.from_dict({"precision": "bf16", "checkpointing": "selective",
+                                   "optimizer": "foreach", "grad_clip": 0.5})
+    strategies.save(config, tmp_path / "gputune.toml")
+    torch.manual_seed(0)
+    model = w.build_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # The user's own loop, with the file applied:
+    tuned = strategies.apply(strategies.load(tmp_path / "gputune.toml"), model, optimizer)
+    losses = []
+    for step in range(6):
+        batch = w.batch(step, 8, torch.device("cpu"))
+        with tuned.autocast():
+            loss = w.loss(tuned.model, batch)
+        tuned.step(loss)
+        losses.append(loss.item())
+    assert tuned.report["checkpointing"]["blocks"] == 2
+    assert tuned.report["precision"]["autocast"] == "bfloat16"
+    assert losses[-1] < losses[0], losses
+
+
+def test_hugging_face_workload_runs_in_bench(gputune, tmp_path):
+    proc = gputune("bench", "--device", "cpu", "--workload", "examples.hf_causal_lm:llama",
+                   "--preset", "quick", "--steps", "2", "--warmup", "1",
+                   "--json", str(tmp_path / "b.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "hf-llama-tiny" in proc.stdout
