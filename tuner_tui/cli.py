@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -279,12 +280,18 @@ def cmd_dashboard(args) -> int:
     return run_dashboard(worker_spec(args), start)
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     # `--workload mymodule:build` should find modules in the current directory, as
     # `python -m` would; the worker processes inherit this path.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     parser = build_parser()
+    # SIGTERM takes the same path as Ctrl-C, so `finally` blocks stop the worker processes.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         args = parser.parse_args(argv)
         if args.command == "bench":

@@ -83,3 +83,37 @@ def test_help_and_version(gputune):
     out = gputune("bench", "--help").stdout
     for flag in ("--workload", "--device", "--steps", "--config", "--preset", "--json", "--export"):
         assert flag in out
+
+
+def test_sigterm_during_bench_leaves_no_worker_behind(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pathlib import Path
+
+    import psutil
+
+    ROOT = Path(__file__).resolve().parents[2]
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
+         "gpt2-tiny", "--steps", "500", "--warmup", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    children = []
+    while time.monotonic() < deadline and not children:
+        children = parent.children(recursive=True)
+        time.sleep(0.2)
+    assert children, "the bench started no worker"
+    time.sleep(3)  # let the worker get into its training loop
+    children = parent.children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    gone, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
+    assert proc.returncode == 130

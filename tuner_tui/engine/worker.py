@@ -24,6 +24,8 @@ from tuner_tui.engine.client import WorkerSpec
 class Worker:
     def __init__(self, spec: WorkerSpec, commands, events) -> None:
         self.spec, self.commands, self.events = spec, commands, events
+        # Re-parented (to init or a subreaper) means the parent is gone: exit then.
+        self.parent_pid = os.getppid()
         self.trainer = None
         self.run_id = 0
         self.paused = False
@@ -267,7 +269,7 @@ class Worker:
                 break
             if cmd is None and training:
                 self.live_step()
-            if os.getppid() == 1:  # the parent died without a Shutdown: don't linger
+            if os.getppid() != self.parent_pid:  # the parent died without a Shutdown
                 break
         self.stop_live()
 
