@@ -137,3 +137,18 @@ def test_a_killed_worker_is_noticed(worker):
     while client.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client.is_alive() and client.exitcode() == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(worker):
+    client, _ = worker(workload="tests.engine.user_workloads:graph_break")
+    client.send(P.RunTrial({"compile_mode": "default", "compile_fullgraph": True}, steps=1,
+                           warmup_steps=1))
+    failed, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    assert isinstance(failed, P.RunFailed) and failed.kind == "compile", failed
+    assert failed.message.startswith("compile failed:")
+    assert "user_workloads.py" in failed.message  # where the break is
+    # Without fullgraph the same model runs, with the break falling back to eager.
+    client.send(P.RunTrial({"compile_mode": "default"}, steps=1, warmup_steps=1))
+    done, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    assert isinstance(done, P.TrialFinished) and done.result.status == "ok"

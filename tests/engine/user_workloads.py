@@ -45,3 +45,16 @@ def not_a_workload():
 
 def raises():
     raise RuntimeError("dataset server unreachable")
+
+
+class DataDependent(TinyMLP):
+    def forward(self, x, y):
+        # Python control flow on a tensor's value: a graph break under torch.compile.
+        if x.sum().item() > 0:
+            x = x * 2
+        return super().forward(x, y)
+
+
+def graph_break():
+    return Workload(name="graph-break", build_model=DataDependent, batch=_batch,
+                    items_per_sample=1, default_batch_size=8)

@@ -1,0 +1,272 @@
+"""`gputune tune`: the space, the memory estimate, the staged strategy, and searches on the CPU with
+real workers (no compile: a compiled trial costs ~30 s on the CPU)."""
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from strategies import load
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import Capabilities
+from tuner_tui.engine import bench, search
+from tuner_tui.engine.client import WorkerSpec
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.search import (
+    History, Search, SearchPlan, SearchSpace, StagedSearch, default_space, estimate_peak,
+    parse_bytes, parse_choices, pareto_front,
+)
+from tuner_tui.engine.store import ResultStore
+
+CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
+GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
+MiB = 2**20
+
+
+def _row(tokens_per_s=None, peak=None, status="ok", **config) -> TrialResult:
+    c = TuneConfig.from_dict(config)
+    return TrialResult(config=c.to_dict(), label=c.label(), status=status,
+                       tokens_per_s=tokens_per_s, peak_memory_bytes=peak,
+                       loss_ok=True if status == "ok" else None)
+
+
+# -- pure parts -----------------------------------------------------------------------------------
+
+
+def test_the_parent_side_imports_no_torch():
+    code = ("import sys, tuner_tui.engine.search, tuner_tui.engine.store; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_parse_bytes_and_choices():
+    assert parse_bytes("40GiB") == 40 * 2**30
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bytes("512 mib") == 512 * MiB and parse_bytes("123") == 123
+    for bad in ("lots", "40 GiBs", "-1G", "0"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+    assert parse_choices("fused_kernels", "none,gelu+layer_norm") == ((), ("layer_norm", "gelu"))
+    assert parse_choices("batch_size", "x1,x2,64") == ("x1", "x2", 64)
+    with pytest.raises(ConfigError, match="precision = 'fp64' is not allowed"):
+        parse_choices("precision", "fp32,fp64")
+    with pytest.raises(ConfigError, match="unknown option 'precison'"):
+        parse_choices("precison", "fp32")
+
+
+def test_the_space_holds_only_what_the_machine_can_run():
+    space = default_space(CPU, default_batch=8)
+    values = dict(space.choices)
+    assert values["precision"] == ("fp32", "bf16")  # tf32 and fp16 need CUDA
+    assert values["compile_mode"] == ("off", "default")  # reduce-overhead needs CUDA
+    assert "fused_kernels" not in values  # Triton needs a GPU: held at none
+    assert values["batch_size"] == (0, 16, 32)  # x1 is the default, written 0
+    gpu = dict(default_space(GPU, 16, fixed={"optimizer": "fused"}).choices)
+    assert gpu["precision"] == ("fp32", "tf32", "bf16", "fp16") and "optimizer" not in gpu
+    assert len(gpu["fused_kernels"]) == 3
+    start = default_space(GPU, 16, fixed={"optimizer": "fused"}).start()
+    assert start.changed() == {"optimizer": "fused"}
+
+
+def test_memory_estimate_scales_with_batch_and_measured_checkpointing_ratio():
+    measured = [_row(100.0, 800 * MiB, precision="bf16"),  # batch 8 (the default)
+                _row(90.0, 400 * MiB, precision="bf16", checkpointing="full"),
+                _row(50.0, 900 * MiB)]
+    bf16 = TuneConfig.from_dict({"precision": "bf16"})
+    assert estimate_peak(bf16.replace(batch_size=32), measured, 8) == 3200 * MiB
+    # full checkpointing measured at half the peak per sample: batch 32 needs half as much
+    full32 = bf16.replace(batch_size=32, checkpointing="full")
+    assert estimate_peak(full32, measured, 8) == 1600 * MiB
+    # an unmeasured mode is assumed to save nothing
+    assert estimate_peak(bf16.replace(batch_size=16, checkpointing="selective"), measured, 8) == 1600 * MiB
+    # the nearest configuration is the one with the fewest other options changed
+    assert estimate_peak(TuneConfig.from_dict({"batch_size": 16}), measured, 8) == 1800 * MiB
+    assert estimate_peak(bf16, [], 8) is None
+
+
+def test_pareto_front_keeps_trials_no_other_beats_on_both():
+    rows = [_row(100.0, 8 * MiB, precision="bf16"), _row(90.0, 4 * MiB, precision="bf16", checkpointing="full"),
+            _row(80.0, 6 * MiB), _row(95.0, 9 * MiB, optimizer="fused")]
+    assert [r.tokens_per_s for r in pareto_front(rows)] == [100.0, 90.0]
+
+
+def test_staged_search_moves_from_the_best_and_tries_interacting_options_together():
+    space = default_space(GPU, 16, choices={"checkpointing": ("off", "full"),
+                                            "batch_size": ("x1", "x2")})
+    strategy, history = StagedSearch(space), History(space)
+    speed = {"precision": {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5},
+             "compile_mode": {"off": 1, "default": 1.4, "reduce-overhead": 1.5}}
+    rounds = []
+    while batch := strategy.propose(history):
+        rounds.append(batch)
+        for c in batch:
+            tps = speed["precision"][c.precision] * speed["compile_mode"][c.compile_mode]
+            tps *= 1.1 if c.attention == "sdpa" else 1.0
+            tps *= 0.9 if c.checkpointing == "full" else 1.0
+            history.add(c, _row(tps * 100 * (1.2 if c.batch_size else 1), 1, **c.to_dict()))
+    assert rounds[0] == [space.start()] and space.start().changed() == {}
+    assert [c.precision for c in rounds[1]] == ["tf32", "bf16", "fp16"]
+    assert rounds[2] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa"})]
+    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[3]}
+    assert compile_round == {("default", "model"), ("default", "block"),
+                             ("reduce-overhead", "model"), ("reduce-overhead", "block")}
+    kernels = rounds[5]  # against eager and against the winning compile mode only
+    assert {c.compile_mode for c in kernels} == {"off", "reduce-overhead"}
+    assert all(c.fused_kernels for c in kernels if c.compile_mode == "reduce-overhead")
+    last = {(c.batch_size, c.checkpointing) for c in rounds[6]}
+    assert last == {(0, "full"), (32, "off"), (32, "full")}
+    best = history.best()
+    assert best.config["batch_size"] == 32 and best.config["checkpointing"] == "off"
+    assert strategy.remaining(history) == 0
+
+
+# -- searches with real workers -------------------------------------------------------------------
+
+
+class CountingRunner:
+    """bench.run_one, counting the configurations that were really sent to a worker."""
+
+    def __init__(self):
+        self.sent: list[dict] = []
+
+    def __call__(self, client, config, plan, reference, progress, **kw):
+        self.sent.append(config.to_dict())
+        return bench.run_one(client, config, plan, reference, progress, **kw)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _search(store, runner, **plan):
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection=plan.pop("fault", None))
+    # Fused kernels are held off: tests run Triton's interpreter (TRITON_INTERPRET=1), slowly.
+    fixed = {"compile_mode": "off", "attention": "manual", "checkpointing": "off",
+             "optimizer": "plain", "fused_kernels": ()}
+    plan = SearchPlan(spec, steps=2, warmup_steps=1, fixed={**fixed, **plan.pop("fixed", {})},
+                      **plan)
+    out = io.StringIO()
+    outcome = Search(plan, store, out=out, runner=runner).run()
+    return outcome, out.getvalue()
+
+
+def test_search_ranks_respects_the_memory_budget_and_reuses_the_store(home):
+    store = ResultStore(home / "results.sqlite3")
+    runner = CountingRunner()
+    huge = 1_000_000  # a batch that would need far more than 4 GiB
+    outcome, log = _search(store, runner, max_memory_bytes=4 * 2**30,
+                           choices={"precision": ("fp32", "bf16"), "batch_size": ("x1", huge)})
+    labels = {r.label for r in outcome.results}
+    best = outcome.recommendation.label
+    assert labels == {"fp32", "bf16", f"{best} + batch {huge}"}
+    skipped = [r for r in outcome.results if r.status == "skipped"]
+    assert len(skipped) == 1 and "memory budget" in skipped[0].message
+    # Over-budget trials never reached a worker, nor did their fp32 references, nor the store.
+    assert [c["batch_size"] for c in runner.sent] == [0, 0]
+    assert all(s.config["batch_size"] == 0 for s in store.past())
+    assert outcome.ran == 2 and outcome.skipped == 1 and len(store) == 2
+    # Ranked: eligible trials by throughput, then the rest; the winner kept the loss.
+    ok = [r for r in outcome.ranked if r.status == "ok"]
+    assert ok == sorted(ok, key=lambda r: -r.tokens_per_s) and outcome.ranked[-1].status == "skipped"
+    assert outcome.recommendation is ok[0] and outcome.recommendation.loss_ok is not False
+    assert outcome.front and outcome.front[0] is ok[0]
+    assert "fastest of 2 configurations" in outcome.reason
+    assert "[1/" in log and "elapsed" in log and "best " in log
+
+    again = CountingRunner()
+    outcome2, log2 = _search(store, again, max_memory_bytes=4 * 2**30,
+                             choices={"precision": ("fp32", "bf16"), "batch_size": ("x1", huge)})
+    assert again.sent == []  # nothing measured twice
+    assert outcome2.reused == 2 and outcome2.skipped == 1 and outcome2.ran == 0
+    assert log2.count("skipped as measured") == 2
+    assert outcome2.recommendation.config == outcome.recommendation.config
+    path = search.export(outcome2, home / "gputune.toml")
+    assert load(path).to_dict() == outcome.recommendation.config
+    store.close()
+
+
+def test_an_oom_is_recorded_and_the_search_goes_on(home):
+    store = ResultStore(home / "results.sqlite3")
+    runner = CountingRunner()
+    outcome, log = _search(store, runner, fault="oom-above:8", max_memory_bytes=2**40,
+                           choices={"batch_size": ("x1", "x2"), "optimizer": ("plain", "foreach")},
+                           fixed={"precision": "fp32"})
+    statuses = [(r.config["batch_size"], r.status) for r in outcome.results]
+    assert (16, "oom") in statuses
+    # The OOM came in the last stage; the fp32 reference for batch 16 (and its checkpointed
+    # fallback) ran out too, and every trial was still decided.
+    assert [c["batch_size"] for c in runner.sent].count(16) >= 1
+    assert all(status in ("ok", "oom") for _, status in statuses)
+    assert "out of memory" in log
+    assert outcome.recommendation is not None and outcome.recommendation.batch_size == 8
+    stored = {(s.config["batch_size"], s.result.status) for s in store.past()}
+    assert (16, "oom") in stored
+    store.close()
+
+
+def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
+    from tuner_tui.engine.protocol import RunTrial, RunFailed, TrialFinished
+
+    client, _ = bench.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    try:
+        client.send(RunTrial({}, steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+        event = client.wait_event(120)
+        while not isinstance(event, (TrialFinished, RunFailed)):
+            event = client.wait_event(120)
+    finally:
+        client.stop()
+    result = event.result
+    # Stopped once 3 steps were measured; the steps already queued (the host runs ahead) count.
+    assert result.status == "stopped" and 3 <= result.measured_steps < 8
+    assert "clearly slower" in result.message and result.tokens_per_s > 0
+
+
+def test_tune_command_end_to_end(gputune, home, tmp_path):
+    out, js = tmp_path / "best.toml", tmp_path / "tune.json"
+    args = ["tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2", "--warmup", "1",
+            "--search", "precision=fp32,bf16", "--set", "compile_mode=off",
+            "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
+            "--set", "attention=manual", "--set", "fused_kernels=", "--out", str(out), "--json", str(js),
+            "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB"]
+    proc = gputune(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Pareto front" in proc.stdout and "Recommended:" in proc.stdout
+    doc = json.loads(js.read_text())
+    assert doc["tool"] == "gputune tune" and len(doc["results"]) == 2
+    assert doc["memory_budget_bytes"] == 8 * 2**30
+    import tomllib
+
+    exported = tomllib.loads(out.read_text())
+    assert exported["measured"]["reason"].startswith("fastest of 2 configurations")
+    assert exported["config"] == doc["recommendation"]["config"]
+    assert (home / "inductor").parent == home  # the shared compile cache lives in the home
+    proc2 = gputune(*args)
+    assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-memory", "lots"], "--max-memory 'lots' is not a size"),
+    (["--search", "precision=fp64"], "precision = 'fp64' is not allowed"),
+    (["--search", "precison=fp32"], "unknown option 'precison'"),
+    (["--search", "precision"], "must look like KEY=V1,V2"),
+    (["--budget-minutes", "-1"], "--budget-minutes -1 is out of range"),
+    (["--steps", "0"], "--steps 0 is out of range"),
+    (["--out", "x.yaml"], "unknown file format 'yaml'"),
+    (["--set", "precision=bf16", "--search", "precision=fp32"], "both name one option"),
+])
+def test_tune_bad_input_is_one_line_and_exit_2(gputune, args, message):
+    proc = gputune("tune", "--device", "cpu", *args, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_compile_cache_is_shared_under_the_home_unless_the_user_set_one(home, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert search.compile_cache_environ()["TORCHINDUCTOR_CACHE_DIR"] == str(home / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in search.compile_cache_environ()
