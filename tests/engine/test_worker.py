@@ -152,3 +152,12 @@ def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(work
     client.send(P.RunTrial({"compile_mode": "default"}, steps=1, warmup_steps=1))
     done, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
+
+
+@pytest.mark.slow
+def test_recompiles_past_the_limit_are_reported(worker):
+    client, _ = worker(workload="tests.engine.user_workloads:recompiles")
+    client.send(P.RunTrial({"compile_mode": "default"}, steps=2, warmup_steps=1))
+    done, events = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    logs = [e.text for e in events if isinstance(e, P.WorkerLog)]
+    assert any("recompile" in t.lower() and "limit" in t.lower() for t in logs), logs

@@ -58,3 +58,19 @@ class DataDependent(TinyMLP):
 def graph_break():
     return Workload(name="graph-break", build_model=DataDependent, batch=_batch,
                     items_per_sample=1, default_batch_size=8)
+
+
+class ShapeOfTheDay(TinyMLP):
+    """Reads a Python number that changes every call: each call fails Dynamo's guards."""
+
+    def forward(self, x, y):
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().forward(x * self.calls, y)
+
+
+def recompiles():
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = 1  # reach the limit on the first recompile
+    return Workload(name="recompiles", build_model=ShapeOfTheDay, batch=_batch,
+                    items_per_sample=1, default_batch_size=8)

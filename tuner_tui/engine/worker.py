@@ -37,6 +37,22 @@ class Worker:
         self.events.put(event)
 
     # -- setup ---------------------------------------------------------------------------------
+    def forward_compiler_warnings(self) -> None:
+        """Recompiles past Dynamo's limit silently fall back to eager, which shows up only as
+        a slower run: pass Dynamo's warnings on to the user as WorkerLog events."""
+        import logging
+
+        worker = self
+
+        class Forward(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                text = record.getMessage().strip().splitlines()
+                if text:
+                    worker.emit(protocol.WorkerLog("warning", f"torch.compile: {text[0]}"))
+
+        handler = Forward(level=logging.WARNING)
+        logging.getLogger("torch._dynamo").addHandler(handler)
+
     def start(self) -> bool:
         from tuner_tui.engine import environment, workloads
 
@@ -58,6 +74,7 @@ class Worker:
         except (ConfigError, workloads.WorkloadError, ValueError) as exc:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
             return False
+        self.forward_compiler_warnings()
         self.caps = environment.capabilities(self.device)
         self.env = environment.fingerprint(self.device)
         self.emit(
