@@ -317,3 +317,23 @@ class TelemetrySampler:
         except Exception:
             pass
         self._nvml = None
+
+
+def main() -> int:
+    """`python -m tuner_tui.engine.telemetry`: print two samples a second apart (GPM needs two)."""
+    import dataclasses
+    import json
+
+    sampler = TelemetrySampler()
+    try:
+        sampler.sample(os.getpid())
+        time.sleep(1.0)
+        sample = sampler.sample(os.getpid())
+    finally:
+        sampler.close()
+    print(json.dumps(dataclasses.asdict(sample), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
