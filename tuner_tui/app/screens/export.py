@@ -49,8 +49,12 @@ class ExportScreen(ModalScreen[ExportRequest | None]):
     }
     ExportScreen RadioSet {
         layout: horizontal;
-        width: auto;
-        margin: 1 0;
+        width: 100%;
+        height: auto;
+        margin: 1 0 0 0;
+    }
+    ExportScreen RadioButton {
+        width: 12;
     }
     ExportScreen #export-buttons {
         height: auto;
