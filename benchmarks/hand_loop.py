@@ -11,8 +11,7 @@ import argparse
 import torch
 
 import strategies
-from strategies.config import TuneConfig, parse_value
-from strategies.registry import OPTIONS
+from strategies.config import TuneConfig, parse_assignments
 from tuner_tui.engine import workloads
 
 
@@ -22,11 +21,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
-    values = {}
-    for item in args.set:
-        k, _, v = item.partition("=")
-        values[k] = parse_value(OPTIONS[k], v)
-    config = TuneConfig.from_dict(values)
+    config = TuneConfig.from_dict(parse_assignments(args.set))
     w = workloads.load(args.workload)
     dev = torch.device("cuda")
     torch.manual_seed(0)

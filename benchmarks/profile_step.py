@@ -10,8 +10,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from strategies.config import TuneConfig, parse_value
-from strategies.registry import OPTIONS
+from strategies.config import TuneConfig, parse_assignments
 from tuner_tui.engine import workloads
 from tuner_tui.engine.trial import Trainer
 
@@ -22,11 +21,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--rows", type=int, default=25)
     args = p.parse_args()
-    values = {}
-    for item in args.set:
-        k, _, v = item.partition("=")
-        values[k] = parse_value(OPTIONS[k], v)
-    config = TuneConfig.from_dict(values)
+    config = TuneConfig.from_dict(parse_assignments(args.set))
     trainer = Trainer(workloads.load(args.workload), config, "cuda", warmup_steps=5,
                       device_name=torch.cuda.get_device_name())
     trainer.build()

@@ -87,6 +87,24 @@ def parse_value(option: Option, text: str) -> Any:
     return text
 
 
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """`["precision=bf16", "batch_size=32"]` (the CLI's `--set`) to validated option values."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. batch_size=32")
+        option = OPTIONS.get(key.strip())
+        if option is None:
+            raise ConfigError(
+                f"--set: unknown option {key.strip()!r}: allowed options are " + ", ".join(OPTIONS)
+            )
+        values[option.key] = parse_value(option, text.strip())
+    if values:
+        TuneConfig.from_dict(values)  # validate the values now, with the option's message
+    return values
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """One value for every registered option. Build with `TuneConfig.from_dict`, change with

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from strategies.config import (
-    ConfigError, ExportedConfig, TuneConfig, format_of, parse_value, read, save,
+    ConfigError, ExportedConfig, TuneConfig, format_of, parse_assignments, read, save,
 )
 from strategies.registry import OPTIONS
 from tuner_tui import __version__
@@ -119,18 +119,7 @@ def add_tune_parser(sub) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    overrides = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item!r} must look like KEY=VALUE, e.g. batch_size=32")
-        option = OPTIONS.get(key.strip())
-        if option is None:
-            raise UsageError(f"--set: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
-        overrides[option.key] = parse_value(option, text.strip())
-    if overrides:
-        TuneConfig.from_dict(overrides)  # validate the values now, with the option's message
-    return overrides
+    return parse_assignments(items)
 
 
 def check_run_options(args) -> None:

@@ -56,13 +56,11 @@ class Worker:
     def start(self) -> bool:
         from tuner_tui.engine import environment, workloads
 
-        try:
-            import torch  # noqa: F401  (fail here, reported, if torch is broken)
+        import torch
 
+        try:
             self.device = environment.resolve_device(self.spec.device)
             if self.device == "cuda":
-                import torch
-
                 if not torch.cuda.is_available():
                     raise ConfigError("device = cuda but torch sees no CUDA GPU: allowed devices are cuda, cpu")
             elif self.device != "cpu":
@@ -113,8 +111,6 @@ class Worker:
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
 
     def _build(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
-        from tuner_tui.engine.trial import Trainer  # noqa: F401
-
         self.run_id += 1
         config = TuneConfig.from_dict(config_dict)
         config.check_runnable(self.caps)
