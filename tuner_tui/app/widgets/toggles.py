@@ -341,9 +341,12 @@ class TogglesPanel(Widget):
             return
         key = self._owner.get(widget)
         self._mark_changes()
-        if key is not None:
+        # Programmatic changes (set_config) arrive here too; only the user's own move the help.
+        if key is not None and (widget.has_focus or widget.has_focus_within):
             self._focused_key = key
             self._show_help(key)
+        elif self._focused_key is not None:
+            self._show_help(self._focused_key)
 
     @on(Select.Changed)
     @on(Switch.Changed)
