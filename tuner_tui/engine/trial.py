@@ -104,7 +104,7 @@ class Trainer:
     def __post_init__(self) -> None:
         self.torch_device = torch.device(self.device)
         self.batch_size = self.config.batch_size or self.workload.default_batch_size
-        self._pending: list = []  # (step, end event or None, loss tensor, t_host)
+        self._pending: list = []  # (step, end event or None, loss copy, t_host)
         self._last_end = None
         self._last_host = None
         self._step = 0
@@ -147,9 +147,7 @@ class Trainer:
             torch.compiler.cudagraph_mark_step_begin()
         with self.tuned.autocast():
             loss = self.workload.loss(self.tuned.model, batch)
-        # A graph replay writes its outputs into static buffers that the next replay
-        # overwrites: copy the loss before the next step, or we would read that step's loss.
-        loss_value = loss.detach().clone()
+        loss_value = self._copy_loss(loss)
         self.tuned.step(loss)
         end = None
         if self.device == "cuda":
@@ -163,6 +161,20 @@ class Trainer:
         # synchronisation at all (host launch time is close to GPU time there); two absorb it.
         lag = 0 if i < self.warmup_steps else HOST_AHEAD
         return self._collect(keep=lag)
+
+    def _copy_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """A copy of the loss that can be read later without stalling the device.
+
+        On CUDA the value goes to pinned host memory with a non-blocking copy, in stream order:
+        it is ready once the step's end event has completed. Reading the device tensor instead
+        (`.item()`) would wait for every step queued since, and leave the GPU idle while the
+        host launches the next one. The copy also keeps the value safe from CUDA graph replays,
+        which overwrite their output buffers on the next step."""
+        if self.device != "cuda":
+            return loss.detach().clone()
+        host = torch.empty((), dtype=loss.dtype, pin_memory=True)
+        host.copy_(loss.detach(), non_blocking=True)
+        return host
 
     def finish(self) -> list[StepRecord]:
         return self._collect(keep=0)

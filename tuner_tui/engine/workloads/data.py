@@ -52,5 +52,8 @@ class TextFileTokens:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (batch_size,), generator=gen)
         rows = torch.stack([self.tokens[s : s + self.seq_len + 1] for s in starts.tolist()])
+        if device.type == "cuda":
+            # From pinned memory the copy is truly asynchronous; from pageable memory it is not.
+            rows = rows.pin_memory()
         rows = rows.to(device, non_blocking=True)
         return rows[:, :-1], rows[:, 1:]
