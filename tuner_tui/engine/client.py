@@ -29,10 +29,15 @@ class WorkerSpec:
     seed: int = 0
     sequence_length: int | None = None
     fault_injection: str | None = None
-    """Test hook: "oom" makes the next build raise torch's real OutOfMemoryError path."""
+    """Test hook: "oom" makes the next build raise torch's real OutOfMemoryError path;
+    "oom-above:N" does so only for batch sizes above N."""
+    environ: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the worker before it imports torch (e.g. the Inductor
+    cache directory that the search's trials share)."""
 
 
 def _worker_entry(spec: WorkerSpec, commands, events) -> None:
+    os.environ.update(dict(spec.environ))
     # Imported here, in the child, so that the parent never imports torch.
     from tuner_tui.engine.worker import run_worker
 

@@ -32,6 +32,10 @@ class RunTrial:
     steps: int = 20
     warmup_steps: int = 5
     reference_losses: tuple[float, ...] = ()
+    stop_if_slower_than_ms: float | None = None
+    """Early stop: once `stop_after_steps` steps are measured, a median step time above this
+    ends the trial with status "stopped" (the search already has a clearly faster one)."""
+    stop_after_steps: int = 3
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,8 @@ class TrialResult:
     label: str
     status: str
     """ok, oom, diverged, compile, crash, invalid, loss-mismatch (ran, but the loss left the
-    tolerance of the fp32 reference)."""
+    tolerance of the fp32 reference), stopped (stopped early as clearly slower than the best),
+    skipped (not run: the search estimated it would not fit in the memory budget)."""
     workload: str = ""
     device: str = ""
     batch_size: int = 0
