@@ -1,0 +1,234 @@
+"""The result store: every trial `gputune tune` measured, kept in SQLite.
+
+A result is keyed by the workload, the configuration (canonical JSON of `TuneConfig.to_dict()`),
+the number of measured and warm-up steps, and the fingerprint of the machine (GPU, driver, torch,
+triton, device), so a second search on the same machine reuses what it measured, and the
+dashboard can list what was measured here before.
+
+The database runs in WAL mode and every write is one transaction: a process killed in the middle
+of a write leaves the previous state, never a half-written row. Torch-free (the parent process
+and the dashboard use it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from tuner_tui.engine.protocol import TrialResult
+
+SCHEMA_VERSION = 1
+
+FINGERPRINT_KEYS = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+"""What makes two measurements comparable. The host name is left out on purpose: two machines
+with the same GPU, driver and software share results."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS trials (
+    id INTEGER PRIMARY KEY,
+    workload TEXT NOT NULL,
+    config TEXT NOT NULL,
+    steps INTEGER NOT NULL,
+    warmup_steps INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    label TEXT NOT NULL,
+    status TEXT NOT NULL,
+    tokens_per_s REAL,
+    peak_memory_bytes INTEGER,
+    result TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    created REAL NOT NULL,
+    UNIQUE (workload, config, steps, warmup_steps, fingerprint)
+);
+CREATE INDEX IF NOT EXISTS trials_by_fingerprint ON trials (fingerprint, workload);
+"""
+
+
+def gputune_home() -> Path:
+    """`$GPUTUNE_HOME`, or ~/.cache/gputune: the store and the shared compile caches."""
+    return Path(os.environ.get("GPUTUNE_HOME") or Path.home() / ".cache" / "gputune").expanduser()
+
+
+def default_path() -> Path:
+    return gputune_home() / "results.sqlite3"
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces, so equal configurations are equal keys."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(environment: Mapping) -> dict:
+    """The part of a `WorkerReady.environment` that decides whether a result still holds. On the
+    CPU, the processor stands in for the GPU."""
+    fp = {key: environment.get(key) for key in FINGERPRINT_KEYS}
+    if environment.get("device") != "cuda":
+        fp["cpu"] = environment.get("cpu")
+        fp["cpu_count"] = environment.get("cpu_count")
+    return fp
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """One row of the store."""
+
+    workload: str
+    config: dict
+    steps: int
+    warmup_steps: int
+    fingerprint: dict
+    result: TrialResult
+    environment: dict
+    created: float
+    """Seconds since the epoch when it was recorded."""
+
+
+class StoreError(Exception):
+    """The store cannot be opened or is not a gputune store; the message is one line."""
+
+
+class ResultStore:
+    """A handle on one store file. Cheap to open; use it from one thread."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT), so a
+            # write is exactly one transaction whatever the sqlite3 module's defaults.
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode, NORMAL keeps the database consistent after a crash of the process
+            # (a power loss may lose the last commits, never corrupt).
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"result store {self.path} was written by a newer gputune "
+                    f"(schema {version}, this one reads {SCHEMA_VERSION})"
+                )
+            with self._transaction():
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open result store {self.path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot open result store {self.path}: {exc.strerror or exc}") from None
+
+    def _transaction(self):
+        return _Transaction(self._db)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------------
+    def record(
+        self,
+        result: TrialResult,
+        environment: Mapping,
+        workload: str,
+        steps: int,
+        warmup_steps: int,
+    ) -> None:
+        """Keep one trial; a trial measured again with the same key replaces the older row."""
+        row = (
+            workload,
+            canonical_json(result.config),
+            steps,
+            warmup_steps,
+            canonical_json(fingerprint(environment)),
+            result.label,
+            result.status,
+            result.tokens_per_s,
+            result.peak_memory_bytes,
+            canonical_json(result.to_dict()),
+            canonical_json(dict(environment)),
+            time.time(),
+        )
+        with self._transaction():
+            self._db.execute(
+                "INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, label, "
+                "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
+                "label = excluded.label, status = excluded.status, "
+                "tokens_per_s = excluded.tokens_per_s, "
+                "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
+                "environment = excluded.environment, created = excluded.created",
+                row,
+            )
+
+    # -- reading -------------------------------------------------------------------------------
+    def lookup(
+        self, workload: str, config: Mapping, steps: int, warmup_steps: int, environment: Mapping
+    ) -> StoredTrial | None:
+        """The stored trial for exactly this workload, configuration, steps and machine."""
+        cur = self._db.execute(
+            "SELECT * FROM trials WHERE workload = ? AND config = ? AND steps = ? "
+            "AND warmup_steps = ? AND fingerprint = ?",
+            (workload, canonical_json(dict(config)), steps, warmup_steps,
+             canonical_json(fingerprint(environment))),
+        )
+        row = cur.fetchone()
+        return _stored(cur, row) if row else None
+
+    def past(
+        self, environment: Mapping | None = None, workload: str | None = None, limit: int = 1000
+    ) -> list[StoredTrial]:
+        """Past trials, newest first: for this machine (a `WorkerReady.environment`) and this
+        workload when given. What the dashboard shows as this machine's history."""
+        where, args = [], []
+        if environment is not None:
+            where.append("fingerprint = ?")
+            args.append(canonical_json(fingerprint(environment)))
+        if workload is not None:
+            where.append("workload = ?")
+            args.append(workload)
+        sql = "SELECT * FROM trials"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created DESC, id DESC LIMIT ?"
+        cur = self._db.execute(sql, (*args, limit))
+        return [_stored(cur, row) for row in cur.fetchall()]
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _stored(cursor: sqlite3.Cursor, row: tuple) -> StoredTrial:
+    d = dict(zip((c[0] for c in cursor.description), row))
+    return StoredTrial(
+        workload=d["workload"],
+        config=json.loads(d["config"]),
+        steps=d["steps"],
+        warmup_steps=d["warmup_steps"],
+        fingerprint=json.loads(d["fingerprint"]),
+        result=TrialResult.from_dict(json.loads(d["result"])),
+        environment=json.loads(d["environment"]),
+        created=d["created"],
+    )
