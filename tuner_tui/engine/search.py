@@ -1,0 +1,779 @@
+"""`gputune tune`: search the configurations for the fastest one that keeps the loss.
+
+The search runs in the parent process, which imports no torch. Every trial runs in a fresh worker
+process through bench's helpers, so a trial that runs out of memory, diverges, fails to compile
+or kills its process is marked and the search goes on. Around the trials:
+
+- the space: precision x attention x compile mode/scope x optimizer x fused kernels x
+  checkpointing x batch size, each option restricted to what this machine can run;
+- a strategy (`SearchStrategy`) proposes configurations in rounds from the results so far; the
+  default, `StagedSearch`, is greedy in stages and tries together the options that interact;
+- a memory budget: a trial whose estimated peak (`estimate_peak`) exceeds it is skipped before
+  it runs; a time budget: no trial starts after it;
+- early stop: a trial clearly slower than the best so far is stopped after a few measured steps;
+- the result store: a trial measured before on this machine is reused, not run again;
+- one Inductor cache directory under the gputune home shared by every trial;
+- a correctness gate: only a trial that ran (`ok`) and kept the fp32 reference's loss can be
+  recommended.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, TextIO
+
+from strategies.config import ConfigError, ExportedConfig, TuneConfig, parse_value, save
+from strategies.registry import OPTIONS, Capabilities, option_unavailable
+from tuner_tui.engine import bench
+from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.store import ResultStore, canonical_json, gputune_home
+
+# -- the space ------------------------------------------------------------------------------------
+
+KERNEL_SETS = (
+    (),
+    ("layer_norm", "rms_norm", "gelu", "swiglu"),
+    ("layer_norm", "rms_norm", "gelu", "swiglu", "linear_cross_entropy"),
+)
+"""Fused-kernel sets tried by default: none, the element-wise ones, and those plus the fused
+linear + cross-entropy (which saves the most memory). A kernel whose module the model lacks is
+simply not swapped."""
+
+DEFAULT_CHOICES: dict[str, tuple] = {
+    "precision": ("fp32", "tf32", "bf16", "fp16"),
+    "attention": ("manual", "sdpa"),
+    # The max-autotune modes are left out by default: their autotuning takes minutes per trial.
+    # Ask for them with --search compile_mode=off,default,max-autotune.
+    "compile_mode": ("off", "default", "reduce-overhead"),
+    "compile_scope": ("model", "block"),
+    "optimizer": ("plain", "foreach", "fused"),
+    "fused_kernels": KERNEL_SETS,
+    "checkpointing": ("off", "selective", "every-n", "full"),
+    # Multiples of the workload's default batch size (resolved when the workload is known).
+    "batch_size": ("x1", "x2", "x4"),
+}
+
+REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "stopped")
+"""Statuses of stored trials that a later search reuses. A crash (a dead process, a timeout) may
+not happen again, so it is measured again."""
+
+LOSS_CHECK_STEPS = bench.LOSS_CHECK_STEPS
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The candidate values of each searched option; every other option is fixed."""
+
+    choices: tuple[tuple[str, tuple], ...]
+    fixed: tuple[tuple[str, Any], ...] = ()
+
+    def values(self, key: str) -> tuple:
+        found = dict(self.choices).get(key)
+        if found is not None:
+            return found
+        return (dict(self.fixed).get(key, _default(key)),)
+
+    def start(self) -> TuneConfig:
+        """The first configuration: every option at its default when that is a candidate (the
+        fp32 eager baseline), else at its first candidate."""
+        values = dict(self.fixed)
+        for key, candidates in self.choices:
+            default = _default(key)
+            values[key] = default if default in candidates else candidates[0]
+        return self.canonical(TuneConfig.from_dict(values))
+
+    def canonical(self, config: TuneConfig) -> TuneConfig:
+        """One configuration per distinct run: options that do nothing in it (compile scope
+        without compile, checkpoint_every without every-n) are put back at their start value."""
+        fixed = dict(self.fixed)
+        changes = {}
+        if config.compile_mode == "off":
+            changes["compile_scope"] = fixed.get("compile_scope", _default("compile_scope"))
+            changes["compile_fullgraph"] = False
+        if config.checkpointing != "every-n":
+            changes["checkpoint_every"] = fixed.get("checkpoint_every", _default("checkpoint_every"))
+        return config.replace(**changes)
+
+    def contains(self, config: TuneConfig) -> bool:
+        canonical = self.canonical(config)
+        return canonical == config and all(
+            _plain(config[key]) in [_plain(v) for v in self.values(key)] for key in OPTIONS
+            if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every")
+        ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
+
+    def reference(self, batch_size: int) -> TuneConfig:
+        """The fp32 eager configuration that every configuration of this batch size is checked
+        against; it keeps the fixed gradient clipping, which changes the losses."""
+        values = {"batch_size": batch_size}
+        if "grad_clip" in dict(self.fixed):
+            values["grad_clip"] = dict(self.fixed)["grad_clip"]
+        return TuneConfig.from_dict(values)
+
+    def size(self) -> int:
+        return math.prod(len(v) for _, v in self.choices)
+
+    def describe(self) -> str:
+        parts = []
+        for key, values in self.choices:
+            shown = [("+".join(v) or "none") if isinstance(v, tuple) else str(v) for v in values]
+            parts.append(f"{key}: {', '.join(shown)}")
+        return "; ".join(parts)
+
+
+def _default(key: str) -> Any:
+    return OPTIONS[key].default
+
+
+def _plain(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def default_space(
+    caps: Capabilities,
+    default_batch: int,
+    fixed: dict | None = None,
+    choices: dict | None = None,
+) -> SearchSpace:
+    """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
+    the options that `fixed` sets, and without the values this machine cannot run."""
+    fixed = dict(fixed or {})
+    merged = {**DEFAULT_CHOICES, **(choices or {})}
+    kept: list[tuple[str, tuple]] = []
+    for key, values in merged.items():
+        if key in fixed:
+            continue
+        if key == "batch_size":
+            values = tuple(_batch_value(v, default_batch) for v in values)
+        runnable = []
+        for value in values:
+            canonical = TuneConfig.from_dict({key: value})[key]
+            if option_unavailable(OPTIONS[key], canonical, caps) is None and canonical not in runnable:
+                runnable.append(canonical)
+        if not runnable:
+            raise ConfigError(f"--search {key}: none of its values can run on device = {caps.device}")
+        if len(runnable) > 1 or key in (choices or {}):
+            kept.append((key, tuple(runnable)))
+        else:
+            fixed.setdefault(key, runnable[0])
+    modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
+    if modes == ("off",):  # a compile scope changes nothing without compile
+        kept = [(k, v) for k, v in kept if k != "compile_scope"]
+    return SearchSpace(tuple(kept), tuple(fixed.items()))
+
+
+def _batch_value(value: Any, default_batch: int) -> int:
+    """`x2` is twice the workload's default; the default itself is 0, as in every config."""
+    if isinstance(value, str) and value.startswith("x"):
+        value = int(float(value[1:]) * default_batch)
+    return 0 if value == default_batch else value
+
+
+def parse_choices(key: str, text: str) -> tuple:
+    """The values of `--search KEY=V1,V2`; set values join their items with '+' (`none` for
+    the empty set), e.g. fused_kernels=none,layer_norm+gelu."""
+    option = OPTIONS.get(key)
+    if option is None:
+        raise ConfigError(f"--search: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
+    values = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if option.kind == "set":
+            value = () if item == "none" else tuple(t for t in item.split("+") if t)
+        elif key == "batch_size" and re.fullmatch(r"x\d+(\.\d+)?", item):
+            values.append(item)
+            continue
+        else:
+            value = parse_value(option, item)
+        values.append(TuneConfig.from_dict({key: value})[key])  # names the bad value
+    if not values:
+        raise ConfigError(f"--search {key}= names no values: {option.describe_allowed()}")
+    return tuple(values)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'40GiB', '512MiB', '1.5GB', '123456' -> bytes. Raises ValueError with one line."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise ValueError(
+            f"{text!r} is not a size: a number with an optional unit (B, KB, MB, GB, TB, KiB, "
+            "MiB, GiB, TiB), e.g. 40GiB"
+        )
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a size above zero")
+    return value
+
+
+def gib(n: int | float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+CHECKPOINT_PRIOR = 1.0
+"""Peak per sample of a checkpointed run relative to no checkpointing, until measured: 1.0, so an
+unmeasured checkpointing mode is never assumed to fit where no checkpointing would not."""
+
+
+def measured_peak(result: TrialResult) -> int | None:
+    """What counts against the budget: the larger of allocated and reserved peaks."""
+    peaks = [p for p in (result.peak_memory_bytes, result.peak_reserved_bytes) if p]
+    return max(peaks) if peaks else None
+
+
+def estimate_peak(
+    config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
+) -> int | None:
+    """The peak memory `config` would reach, from the trials measured so far: the peak of the
+    nearest measured configuration (fewest other options different, then the same checkpointing,
+    then the closest batch size), scaled linearly with the batch size and by the measured ratio
+    between checkpointing modes. Linear scaling of the whole peak over-estimates larger batches
+    (weights and optimizer state do not grow), which errs on the side of not running out of
+    memory. None when nothing was measured."""
+    known = [(TuneConfig.from_dict(r.config), r) for r in measured if measured_peak(r)]
+    if not known:
+        return None
+
+    def batch(c: TuneConfig) -> int:
+        return c.batch_size or default_batch
+
+    loose = ("batch_size", "checkpointing", "checkpoint_every")
+
+    def others(c: TuneConfig) -> int:
+        return sum(c[k] != config[k] for k in OPTIONS if k not in loose)
+
+    def distance(item):
+        c, _ = item
+        return (others(c), c.checkpointing != config.checkpointing,
+                abs(math.log(batch(c) / batch(config))))
+
+    near_config, near = min(known, key=distance)
+    per_sample = measured_peak(near) / batch(near_config)
+    ratio = _checkpoint_ratio(config.checkpointing, known, batch) / _checkpoint_ratio(
+        near_config.checkpointing, known, batch
+    )
+    return int(per_sample * ratio * batch(config))
+
+
+def _checkpoint_ratio(mode: str, known, batch) -> float:
+    """Measured peak per sample with `mode` over the same configuration without checkpointing
+    (the median over measured pairs)."""
+    if mode == "off":
+        return 1.0
+    ratios = []
+    for c, r in known:
+        if c.checkpointing != mode:
+            continue
+        for c_off, r_off in known:
+            if c_off.checkpointing == "off" and c_off.replace(
+                batch_size=c.batch_size, checkpointing=mode, checkpoint_every=c.checkpoint_every
+            ) == c:
+                ratios.append((measured_peak(r) / batch(c)) / (measured_peak(r_off) / batch(c_off)))
+    return statistics.median(ratios) if ratios else CHECKPOINT_PRIOR
+
+
+# -- strategies -----------------------------------------------------------------------------------
+
+
+class History:
+    """Every trial of one search, in the order they were decided, keyed by configuration."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        self.results: dict[str, TrialResult] = {}
+
+    def __contains__(self, config: TuneConfig) -> bool:
+        return config_key(config) in self.results
+
+    def get(self, config: TuneConfig) -> TrialResult | None:
+        return self.results.get(config_key(config))
+
+    def add(self, config: TuneConfig, result: TrialResult) -> None:
+        self.results[config_key(config)] = result
+
+    def all(self) -> list[TrialResult]:
+        return list(self.results.values())
+
+    def eligible(self) -> list[TrialResult]:
+        """Trials that may be recommended: ran, kept the loss, and lie in the space."""
+        return [
+            r for r in self.results.values()
+            if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
+            and self.space.contains(TuneConfig.from_dict(r.config))
+        ]
+
+    def best(self) -> TrialResult | None:
+        return bench.best(self.eligible())
+
+
+def config_key(config: TuneConfig) -> str:
+    return canonical_json(config.to_dict())
+
+
+class SearchStrategy:
+    """Proposes the configurations to measure, a round at a time, from the results so far.
+
+    A new strategy is one subclass: `propose` returns the next round ([] when done), and
+    `remaining` estimates how many trials are still to come (for the progress line)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+
+    def propose(self, history: History) -> list[TuneConfig]:
+        raise NotImplementedError
+
+    def remaining(self, history: History) -> int:
+        return 0
+
+
+class StagedSearch(SearchStrategy):
+    """Greedy in stages from the fp32 eager baseline: each stage varies one option, or a few that
+    interact, around the best configuration so far. Kernels are tried together with compile
+    (they can fight: a fused kernel is opaque to Inductor's own fusion), and checkpointing
+    together with the batch size (the memory it frees can hold a larger batch)."""
+
+    STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("baseline", ()),
+        ("precision", ("precision",)),
+        ("attention", ("attention",)),
+        ("compile", ("compile_mode", "compile_scope")),
+        ("optimizer", ("optimizer",)),
+        ("kernels x compile", ("fused_kernels", "compile_mode")),
+        ("checkpointing x batch size", ("batch_size", "checkpointing")),
+    )
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space)
+        self.stage = 0
+        self.round: list[TuneConfig] = []
+
+    def candidates(self, stage: int, history: History) -> list[TuneConfig]:
+        _, keys = self.STAGES[stage]
+        incumbent = self._incumbent(history)
+        axes = []
+        for key in keys:
+            values = list(self.space.values(key))
+            if key == "compile_mode" and "fused_kernels" in keys:
+                # Kernels against eager and against the compile mode that won: not every mode.
+                values = [v for v in values if v in ("off", incumbent.compile_mode)]
+            axes.append(values)
+        found: list[TuneConfig] = []
+        for combo in itertools.product(*axes):
+            try:
+                config = self.space.canonical(incumbent.replace(**dict(zip(keys, combo))))
+            except ConfigError:
+                continue  # a combination the registry's rules refuse
+            if config not in history and config not in found:
+                found.append(config)
+        return found
+
+    def _incumbent(self, history: History) -> TuneConfig:
+        best = history.best()
+        return TuneConfig.from_dict(best.config) if best else self.space.start()
+
+    def propose(self, history: History) -> list[TuneConfig]:
+        while self.stage < len(self.STAGES):
+            found = self.candidates(self.stage, history)
+            self.stage += 1
+            if found:
+                self.round = found
+                return found
+        return []
+
+    def remaining(self, history: History) -> int:
+        """Later stages' candidates around the best so far (they move as the best changes)."""
+        later = {config_key(c) for s in range(self.stage, len(self.STAGES))
+                 for c in self.candidates(s, history)}
+        return len(later - {config_key(c) for c in self.round})
+
+    def stage_name(self) -> str:
+        return self.STAGES[max(0, self.stage - 1)][0]
+
+
+# -- the search -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SearchPlan:
+    spec: WorkerSpec
+    steps: int = 20
+    warmup_steps: int = 5
+    max_memory_bytes: int | None = None
+    """None: the GPU's memory, or the available RAM on the CPU."""
+    budget_s: float | None = None
+    """No trial starts after this many seconds; None: no limit."""
+    trial_timeout_s: float = 900.0
+    fixed: dict = field(default_factory=dict)
+    """Options held at one value (`--set`)."""
+    choices: dict = field(default_factory=dict)
+    """Candidate values replacing the default ones per option (`--search`)."""
+    early_stop_ratio: float = 1.5
+    """A trial whose throughput after a few steps is below the best's divided by this stops."""
+    early_stop_after: int = 3
+
+
+@dataclass
+class SearchOutcome:
+    results: list[TrialResult]
+    """Every trial decided, in order: measured, reused from the store, skipped."""
+    ranked: list[TrialResult]
+    front: list[TrialResult]
+    recommendation: TrialResult | None
+    reason: str
+    environment: dict
+    workload: dict
+    workload_key: str
+    space: SearchSpace
+    budget_bytes: int
+    ran: int = 0
+    reused: int = 0
+    skipped: int = 0
+    out_of_time: bool = False
+    elapsed_s: float = 0.0
+
+    def baseline(self) -> TrialResult | None:
+        return next((r for r in self.results if r.status == "ok" and _is_fp32_eager(r)), None)
+
+
+def _is_fp32_eager(r: TrialResult) -> bool:
+    changed = TuneConfig.from_dict(r.config).changed()
+    return set(changed) <= {"batch_size", "grad_clip"}
+
+
+class Search:
+    """One run of the search. `runner` runs one trial in a worker (bench.run_one; tests count
+    the trials through it)."""
+
+    def __init__(
+        self,
+        plan: SearchPlan,
+        store: ResultStore,
+        out: TextIO = sys.stdout,
+        strategy: Callable[[SearchSpace], SearchStrategy] = StagedSearch,
+        runner: Callable[..., TrialResult] = bench.run_one,
+        on_trial: Callable[[TrialResult, str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.store = store
+        self.out = out
+        self.make_strategy = strategy
+        self.runner = runner
+        self.on_trial = on_trial
+        self.progress = bench.Progress(out)
+        environ = {**compile_cache_environ(), **dict(plan.spec.environ)}
+        self.spec = replace(plan.spec, environ=tuple(environ.items()))
+        self.counts = {"ran": 0, "reused": 0, "skipped": 0}
+        self.order: list[TrialResult] = []
+        self.out_of_time = False
+        self._spare: WorkerClient | None = None
+        self._pending = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        self.started = time.monotonic()
+        client, ready = bench.start_worker(self.spec)
+        self._spare = client
+        try:
+            self.caps = Capabilities(**ready.capabilities)
+            self.environment = ready.environment
+            self.workload = ready.workload
+            self.default_batch = self.workload["default_batch_size"]
+            self.workload_key = workload_key(self.workload, self.spec)
+            self.space = default_space(self.caps, self.default_batch, self.plan.fixed, self.plan.choices)
+            self.space.start().check_runnable(self.caps)
+            self.budget_bytes = self.plan.max_memory_bytes or default_memory_budget(self.environment)
+            self.history = History(self.space)
+            self.strategy = self.make_strategy(self.space)
+            print(f"searching {self.space.describe() or 'one configuration'} "
+                  f"(memory budget {gib(self.budget_bytes)}"
+                  + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
+                  + ")", file=self.out, flush=True)
+            while not self.out_of_time:
+                round_ = self.strategy.propose(self.history)
+                if not round_:
+                    break
+                for i, config in enumerate(round_):
+                    self._pending = len(round_) - i - 1
+                    if self._time_left() <= 0:
+                        self.out_of_time = True
+                        print(f"time budget of {self.plan.budget_s / 60:g} min reached; "
+                              "the remaining trials were not run", file=self.out, flush=True)
+                        break
+                    self.evaluate(config)
+        finally:
+            if self._spare is not None:
+                self._spare.stop()
+                self._spare = None
+        return self._outcome()
+
+    def _time_left(self) -> float:
+        if not self.plan.budget_s:
+            return math.inf
+        return self.plan.budget_s - (time.monotonic() - self.started)
+
+    def evaluate(self, config: TuneConfig) -> TrialResult:
+        """Decide one configuration: reuse it from this search or the store, skip it by the
+        memory estimate, or run it in a fresh worker."""
+        done = self.history.get(config)
+        if done is not None:
+            return done
+        stored = self.store.lookup(self.workload_key, config.to_dict(), self.plan.steps,
+                                   self.plan.warmup_steps, self.environment)
+        if stored is not None and stored.result.status in REUSABLE:
+            self._begin(config)
+            self.progress.end("skipped as measured (in the store): " + bench._summary(stored.result))
+            return self._decided(config, stored.result, "reused")
+        reference = self._reference_for(config)
+        estimate = estimate_peak(config, self.history.all(), self.default_batch)
+        if estimate is not None and estimate > self.budget_bytes:
+            result = TrialResult(
+                config=config.to_dict(), label=config.label(), status="skipped",
+                workload=self.workload["name"], device=self.caps.device,
+                batch_size=config.batch_size or self.default_batch,
+                message=f"estimated peak {gib(estimate)} > memory budget {gib(self.budget_bytes)}",
+            )
+            self._begin(config)
+            self.progress.end(f"skipped: {result.message}")
+            return self._decided(config, result, "skipped")
+        self._begin(config)
+        result = self._run(config, reference)
+        self.store.record(result, self.environment, self.workload_key, self.plan.steps,
+                          self.plan.warmup_steps)
+        self.progress.end(bench._summary(result) + _compile_note(result))
+        return self._decided(config, result, "ran")
+
+    def _begin(self, config: TuneConfig) -> None:
+        index = len(self.order) + 1
+        total = index + self._pending + self.strategy.remaining(self.history)
+        best = self.history.best()
+        note = _clock(time.monotonic() - self.started) + " elapsed"
+        if best is not None:
+            note += f", best {bench._si(best.tokens_per_s)} tokens/s"
+        self.progress.begin(index, total, config.label(), note)
+
+    def _decided(self, config: TuneConfig, result: TrialResult, how: str) -> TrialResult:
+        self.history.add(config, result)
+        self.order.append(result)
+        self.counts[how] += 1
+        if self.on_trial is not None:
+            self.on_trial(result, how)
+        return result
+
+    def _run(self, config: TuneConfig, reference: tuple[float, ...]) -> TrialResult:
+        if self._spare is not None:
+            client, self._spare = self._spare, None
+        else:
+            try:
+                client, _ = bench.start_worker(self.spec)
+            except bench.WorkerStartError as exc:
+                return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
+                                   message=f"the worker did not start: {exc}")
+        timeout = min(self.plan.trial_timeout_s, max(self._time_left(), 60.0))
+        plan = bench.BenchPlan(self.spec, [], steps=self.plan.steps,
+                               warmup_steps=self.plan.warmup_steps, trial_timeout_s=timeout)
+        try:
+            return self.runner(client, config, plan, reference, self.progress,
+                               stop_if_slower_than_ms=self._early_stop_ms(config, reference))
+        finally:
+            client.stop()
+
+    def _early_stop_ms(self, config: TuneConfig, reference: tuple[float, ...]) -> float | None:
+        """The step time above which this configuration is clearly slower than the best so far;
+        None for reference runs (their losses are needed whole) and short trials."""
+        best = self.history.best()
+        if best is None or not reference or self.plan.steps <= self.plan.early_stop_after:
+            return None
+        tokens_per_step = (config.batch_size or self.default_batch) * self.workload["items_per_sample"]
+        slowest_tokens_per_s = best.tokens_per_s / self.plan.early_stop_ratio
+        return tokens_per_step / slowest_tokens_per_s * 1e3
+
+    def _reference_for(self, config: TuneConfig) -> tuple[float, ...]:
+        """The fp32 eager losses for this configuration's batch size, measured first if needed
+        (with full checkpointing, which leaves the losses unchanged, when plain fp32 would not
+        fit). () for the reference itself, or when no reference could run."""
+        batch = config.batch_size
+        candidates = [self.space.reference(batch), self.space.reference(batch).replace(checkpointing="full")]
+        if config in candidates:
+            return ()
+        for reference in candidates:
+            result = self.history.get(reference)
+            if result is None:
+                estimate = estimate_peak(reference, self.history.all(), self.default_batch)
+                if estimate is not None and estimate > self.budget_bytes:
+                    continue
+                result = self.evaluate(reference)
+            if result.status == "ok" and result.losses:
+                return tuple(result.losses[:LOSS_CHECK_STEPS])
+        return ()
+
+    # -- the outcome ---------------------------------------------------------------------------
+    def _outcome(self) -> SearchOutcome:
+        results = list(self.order)
+        eligible = self.history.eligible() if hasattr(self, "history") else []
+        ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
+        ranked += [r for r in results if not any(r is x for x in ranked)]
+        top = bench.best(eligible)
+        outcome = SearchOutcome(
+            results=results, ranked=ranked, front=pareto_front(eligible), recommendation=top,
+            reason="", environment=self.environment, workload=self.workload,
+            workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
+            ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
+            out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
+        )
+        outcome.reason = explain(outcome)
+        return outcome
+
+
+def _compile_note(result: TrialResult) -> str:
+    if result.status in ("ok", "stopped") and result.compile_s is not None:
+        return f", first step {result.compile_s:.1f} s"
+    return ""
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def compile_cache_environ() -> dict[str, str]:
+    """One Inductor cache for every trial (and every search) on this machine, under the gputune
+    home so it outlives /tmp; the FX graph and AOT autograd caches switched on explicitly. A
+    variable the user already set is left alone."""
+    wanted = {
+        "TORCHINDUCTOR_CACHE_DIR": str(gputune_home() / "inductor"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+    return {k: v for k, v in wanted.items() if k not in os.environ}
+
+
+def workload_key(workload: dict, spec: WorkerSpec) -> str:
+    """What makes two runs of a workload the same: its name, sequence length, seed and data."""
+    data = f"data={Path(spec.data).resolve()}" if spec.data else "synthetic"
+    return f"{workload['name']} seq={workload['items_per_sample']} seed={spec.seed} {data}"
+
+
+def default_memory_budget(environment: dict) -> int:
+    if environment.get("gpu_memory_bytes"):
+        return int(environment["gpu_memory_bytes"])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def pareto_front(results: Iterable[TrialResult]) -> list[TrialResult]:
+    """The trials no other beats on both throughput and peak memory, fastest first."""
+    front: list[TrialResult] = []
+    lowest = math.inf
+    for r in sorted(results, key=lambda r: (-r.tokens_per_s, measured_peak(r) or math.inf)):
+        peak = measured_peak(r)
+        if peak is None:
+            continue
+        if peak < lowest:
+            front.append(r)
+            lowest = peak
+    return front
+
+
+def explain(outcome: SearchOutcome) -> str:
+    """Why the recommendation won, in one sentence for the exported file."""
+    top = outcome.recommendation
+    if top is None:
+        return "no configuration ran and kept the fp32 reference's loss"
+    eligible = [r for r in outcome.ranked if r.status == "ok" and r.loss_ok is not False
+                and r.tokens_per_s]
+    parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
+             "that ran and kept the loss"]
+    if _is_fp32_eager(top):
+        parts[0] += " (it is the fp32 eager reference itself)"
+    elif top.loss_ok:
+        parts[0] += (f" (within {top.loss_max_rel_error:.1e} of the fp32 reference, tolerance "
+                     f"{top.loss_tolerance:.1%} for {top.config['precision']})")
+    elif top.loss_ok is None:
+        parts[0] += " (its loss could not be checked: no fp32 reference fitted)"
+    base = outcome.baseline()
+    if base is not None and base is not top:
+        parts.append(f"{top.tokens_per_s / base.tokens_per_s:.2f}x the fp32 eager baseline")
+    runner_up = next((r for r in eligible if r is not top), None)
+    if runner_up is not None:
+        parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
+                     f"runner-up ({runner_up.label})")
+    peak = measured_peak(top)
+    if peak is not None:
+        parts.append(f"peak {gib(peak)} within the {gib(outcome.budget_bytes)} budget")
+    return "; ".join(parts)
+
+
+def export(outcome: SearchOutcome, path: str | os.PathLike) -> Path | None:
+    top = outcome.recommendation
+    if top is None:
+        return None
+    measured = {k: v for k, v in top.to_dict().items()
+                if k in ("tokens_per_s", "samples_per_s", "step_ms", "mfu", "peak_memory_bytes",
+                         "peak_reserved_bytes", "compile_s", "loss_ok", "loss_max_rel_error",
+                         "batch_size", "sequence_length")}
+    measured["reason"] = outcome.reason
+    measured["search_trials"] = len(outcome.results)
+    return save(ExportedConfig(TuneConfig.from_dict(top.config), measured, outcome.environment,
+                               outcome.workload["name"]), path)
+
+
+def write_json(path: str | os.PathLike, outcome: SearchOutcome, plan: SearchPlan) -> None:
+    doc = {
+        "tool": "gputune tune",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "workload": outcome.workload,
+        "steps": plan.steps,
+        "warmup_steps": plan.warmup_steps,
+        "memory_budget_bytes": outcome.budget_bytes,
+        "space": {k: [list(v) if isinstance(v, tuple) else v for v in vs]
+                  for k, vs in outcome.space.choices},
+        "environment": outcome.environment,
+        "results": [r.to_dict() for r in outcome.ranked],
+        "pareto_front": [r.label for r in outcome.front],
+        "recommendation": outcome.recommendation.to_dict() if outcome.recommendation else None,
+        "reason": outcome.reason,
+        "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
+    }
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def report(outcome: SearchOutcome) -> str:
+    """The ranked table, the Pareto front and the recommendation, as printed by `gputune tune`."""
+    base = outcome.baseline()
+    lines = [
+        f"{len(outcome.results)} trials in {_clock(outcome.elapsed_s)}: {outcome.ran} ran, "
+        f"{outcome.reused} reused from the store, {outcome.skipped} skipped over the memory "
+        "budget" + (" (time budget reached)" if outcome.out_of_time else ""),
+        "",
+        "Ranked (x base: against the fp32 eager baseline):",
+        bench.format_table(outcome.ranked, baseline=base.tokens_per_s if base else None),
+    ]
+    if outcome.front:
+        lines += ["", "Throughput / memory Pareto front:", bench.format_table(
+            outcome.front, baseline=base.tokens_per_s if base else None)]
+    lines.append("")
+    if outcome.recommendation:
+        lines.append(f"Recommended: {outcome.recommendation.label}: {outcome.reason}")
+    else:
+        lines.append(f"No recommendation: {outcome.reason}")
+    return "\n".join(lines)
