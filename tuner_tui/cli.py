@@ -183,9 +183,11 @@ def cmd_bench(args) -> int:
     print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} {workload['item_name']} per sample, "
           f"default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
           f"triton {environment.get('triton')}, driver {environment.get('driver')}")
-    print(bench.format_table(results, workload.get("item_name", "tokens")))
+    # The results first: nothing measured is lost if printing fails.
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
+    print(bench.format_table(results, item_name=workload.get("item_name", "tokens")))
+    if args.json:
         print(f"wrote {args.json}")
     top = bench.best(results)
     if args.export:
@@ -225,7 +227,9 @@ def cmd_tune(args) -> int:
     for item in args.choices:
         key, sep, text = item.partition("=")
         if not sep:
-            raise UsageError(f"--search {item!r} must look like KEY=V1,V2, e.g. precision=fp32,bf16")
+            raise UsageError(
+                f"--search {item!r} must look like KEY=V1,V2, e.g. precision=fp32,bf16"
+            )
         if key.strip() in overrides:
             raise UsageError(f"--search {key.strip()} and --set {key.strip()} both name one option")
         choices[key.strip()] = search.parse_choices(key.strip(), text)

@@ -299,11 +299,13 @@ def _gib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**30:.2f}"
 
 
-def format_table(results: list[protocol.TrialResult], baseline: float | None = None) -> str:
+def format_table(
+    results: list[protocol.TrialResult], baseline: float | None = None, item_name: str = "tokens"
+) -> str:
     """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
-    by the first row's."""
+    by the first row's. `item_name`: what the workload counts (tokens, images, samples)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
-    headers = ["#", "configuration", "tokens/s", "x base" if baseline else "x first", "step ms",
+    headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
                "MFU", "peak GiB", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
