@@ -308,7 +308,7 @@ async def test_help_and_command_palette_reach_every_action():
             "reapply": "Re-apply selected row", "export": "Export configuration",
             "sort": "Sort leaderboard", "baseline": "Apply baseline",
             "restart_worker": "Restart worker", "help": "Help", "quit": "Quit gputune",
-            "history": "History",
+            "history": "History", "search": "Search",
         }
         assert actions == set(wanted)
         assert set(wanted.values()) <= titles
@@ -463,3 +463,36 @@ async def test_history_lists_stored_trials_and_reapplies_one(tmp_path, monkeypat
         await pilot.press("enter")  # the newest first: the tuned one
         await wait_for(pilot, lambda: len(app.session.rows) == 2)
         assert applied(workers[0])[-1]["optimizer"] == "fused"
+
+
+@async_test
+async def test_search_walks_the_options_and_applies_the_best():
+    app, workers = make_app(caps=GPU_CAPS, steps=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.search is None, timeout=60)
+        await wait_for(pilot, lambda: app.session.worker_state == "running" and app.session.current_result())
+        labels = [r.result.label for r in app.session.rows]
+        searched = labels[:-1]  # the last row is the winner, applied again at the end
+        assert len(searched) > 10 and len(searched) == len(set(searched))
+        best = max(app.session.rows, key=lambda r: r.result.tokens_per_s)
+        sent = applied(workers[0])[-1]
+        assert sent == best.result.config and labels[-1] == best.result.label
+        assert TuneConfig.from_dict(sent).precision == "fp16" and sent["compile_mode"] != "off"
+        assert app.leaderboard.sort_column == "tokens"
+        assert any("search over" in (n.title or "") for n in app._notifications)
+
+
+@async_test
+async def test_applying_by_hand_stops_the_search():
+    app, workers = make_app(caps=GPU_CAPS, steps=3)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: len(app.session.rows) >= 2)
+        await pilot.press("b")
+        assert app.search is None
+        rows = len(app.session.rows)
+        await pilot.pause(0.5)
+        assert len(app.session.rows) <= rows + 1

@@ -26,6 +26,7 @@ from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerEx
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
 from tuner_tui.app.screens.history import HistoryScreen
+from tuner_tui.app.search import GreedySearch
 from tuner_tui.app.session import Row, Session
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
@@ -82,6 +83,7 @@ class GputuneApp(App[int]):
         Binding("r", "reapply", "Re-apply row"),
         Binding("e", "export", "Export"),
         Binding("s", "sort", "Sort"),
+        Binding("t", "search", "Search"),
         Binding("h", "history", "History"),
         Binding("b", "baseline", "Baseline", show=False),
         Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
@@ -120,6 +122,8 @@ class GputuneApp(App[int]):
         """Configurations to apply once the current trial is over (the start config after the
         baseline)."""
         self._crashes: dict[TuneConfig, int] = {}
+        self.search: GreedySearch | None = None
+        """The automatic search in progress, if any (key t)."""
         self._ready_once = False
         self._plots_version = -1
         self._telemetry_stop = threading.Event()
@@ -231,10 +235,10 @@ class GputuneApp(App[int]):
                 title="measured",
                 timeout=4,
             )
-            self._next_in_queue()
+            self._after_trial()
         elif isinstance(event, protocol.RunFailed):
             self.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
-            self._next_in_queue()
+            self._after_trial()
         elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
             self.notify(event.text, severity="warning" if event.level == "warning" else "error")
 
@@ -251,6 +255,10 @@ class GputuneApp(App[int]):
             config, self._deferred = self._deferred, None
             self.apply_config(config)
             return
+        if self.search is not None:
+            # The candidate that killed the worker has its crash row: the search moves on.
+            self._search_step()
+            return
         config = self.last_requested or self.baseline_config
         if self._crashes.get(config, 0) >= CRASHES_BEFORE_BASELINE:
             self.notify(
@@ -260,6 +268,83 @@ class GputuneApp(App[int]):
             )
             config = self.baseline_config
         self.apply_config(config)
+
+    def _after_trial(self) -> None:
+        if self.search is not None:
+            self._search_step()
+        else:
+            self._next_in_queue()
+
+    # -- automatic search ------------------------------------------------------------------------
+    def action_search(self) -> None:
+        """Start the greedy search from the best configuration so far, or stop it."""
+        if self.search is not None:
+            self._stop_search("stopped")
+            return
+        caps = self.session.capabilities
+        if caps is None:
+            self.notify("The worker is not ready yet.", severity="warning")
+            return
+        start = self.baseline_config
+        best = max(
+            (r for r in self.session.rows if r.ok and r.result.tokens_per_s and r.result.loss_ok is not False),
+            key=lambda r: r.result.tokens_per_s,
+            default=None,
+        )
+        if best is not None:
+            try:
+                start = TuneConfig.from_dict(best.result.config)
+            except ConfigError:
+                pass
+        self._queue.clear()
+        self.search = GreedySearch(start, caps)
+        self.notify(f"search started from {start.label()}: one option at a time (t stops it)", title="search")
+        if self.session.current_result() is not None or self.session.worker_state in ("idle", "ready"):
+            self._search_step()
+
+    def _search_step(self) -> None:
+        search = self.search
+        assert search is not None
+        while True:
+            config = search.propose([r.result for r in self.session.rows])
+            if config is None:
+                self._finish_search()
+                return
+            self.session.search_note = f"search {len(search.tried)}/~{search.planned}: {search.current or 'start'}"
+            self.toggles.set_config(config, applied=False)
+            if self.apply_config(config):
+                return
+
+    def _finish_search(self) -> None:
+        search, self.search = self.search, None
+        self.session.search_note = ""
+        if search is None or search.best is None:
+            self.notify("search over: no configuration ran", title="search", severity="warning")
+            return
+        base = self.session.baseline
+        factor = (
+            f" ({fmt.speedup(search.best_tokens / base.result.tokens_per_s)} baseline)"
+            if base and base.result.tokens_per_s else ""
+        )
+        self.notify(
+            f"best: {search.best.label()} at {fmt.rate(search.best_tokens)} {self.session.item_name}/s{factor}; "
+            "applied. e exports it.",
+            title="search over",
+            timeout=15,
+        )
+        self.leaderboard.sort_by("tokens", reverse=True)
+        self.toggles.set_config(search.best, applied=False)
+        if TuneConfig.from_dict(self.session.run_config or {}) != search.best:
+            self.apply_config(search.best)
+
+    def _stop_search(self, why: str) -> None:
+        if self.search is None:
+            return
+        best = self.search.best
+        self.search = None
+        self.session.search_note = ""
+        tail = f"; best so far: {best.label()}" if best is not None else ""
+        self.notify(f"search {why}{tail}", title="search")
 
     def _next_in_queue(self) -> None:
         if self._queue:
@@ -362,6 +447,7 @@ class GputuneApp(App[int]):
         if event.config is None:
             self.notify(event.problem, title="cannot apply", severity="error", timeout=8)
             return
+        self._stop_search("stopped: options applied by hand")
         self._queue.clear()
         if self.apply_config(event.config):
             self.notify(f"applying {event.config.label()}", timeout=3)
@@ -380,11 +466,13 @@ class GputuneApp(App[int]):
             self.notify(str(exc), title="cannot re-apply", severity="error")
             return
         self.toggles.set_config(config, applied=False)
+        self._stop_search("stopped: a row was re-applied")
         self._queue.clear()
         if self.apply_config(config):
             self.notify(f"re-applying run {row.number}: {config.label()}", timeout=3)
 
     def action_baseline(self) -> None:
+        self._stop_search("stopped: baseline applied")
         self.toggles.set_config(self.baseline_config, applied=False)
         self._queue.clear()
         self.apply_config(self.baseline_config)
@@ -476,6 +564,7 @@ class GputuneApp(App[int]):
                 self.notify(str(exc), title="cannot re-apply", severity="error")
                 return
             self.toggles.set_config(tuned, applied=False)
+            self._stop_search("stopped: a past configuration was applied")
             self._queue.clear()
             if self.apply_config(tuned):
                 self.notify(f"re-applying {tuned.label()} from the history", timeout=3)
@@ -497,6 +586,7 @@ class GputuneApp(App[int]):
         yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
         yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
         yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
+        yield SystemCommand("Search", "Start (or stop) the automatic search: one option at a time on the live run", self.action_search)
         yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
         yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
         yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)

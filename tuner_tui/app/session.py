@@ -109,6 +109,8 @@ class Session:
     """Runs started this session; the number of the current run."""
     run_numbers: dict = field(default_factory=dict)
     """(worker generation, run id) -> run number."""
+    search_note: str = ""
+    """Progress of the automatic search, shown in the status line; empty when none runs."""
     pending: tuple[dict, str] | None = None
     """(config, label) sent to the worker and not started yet."""
 

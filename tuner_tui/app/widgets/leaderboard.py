@@ -99,11 +99,13 @@ class Leaderboard(DataTable):
         if not force and self._shown == signature:
             return
         self._shown = signature
-        selected = self.selected_number()
+        selected = self.selected_number() if self.chosen else None
         self.clear()
         for row in sorted_rows(session, self.sort_column, self.sort_reverse):
             self.add_row(*cells(row, session), key=str(row.number))
-        if selected is not None:
+        if selected is None:
+            self.move_cursor(row=0)  # nothing chosen: show the top of the ranking
+        else:
             try:
                 self.move_cursor(row=self.get_row_index(str(selected)))
             except Exception:

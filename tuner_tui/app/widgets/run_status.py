@@ -31,12 +31,16 @@ def status_text(session: Session, now: float) -> Text:
     text.append(f"{glyph} {words}", style=style)
     if session.worker_state == "applying":
         text.append(f" {session.worker_note}…", style="bold yellow")
+        if session.search_note:
+            text.append(f"   ⟳ {session.search_note}", style="bold magenta")
         return text
     if session.worker_state == "dead" and session.worker_note:
         text.append(f"  {session.worker_note}", style="red")
     if session.run_id is not None:
         text.append(f"   run {session.run_number}: ", style="dim")
         text.append(session.run_label, style="bold")
+    if session.search_note:
+        text.append(f"   ⟳ {session.search_note}", style="bold magenta")
     workload = session.workload.get("name")
     if workload:
         device = (session.capabilities.device if session.capabilities else "") or ""
