@@ -67,3 +67,9 @@ def test_fused_kernels_grow_one_member_at_a_time():
     search = GreedySearch(TuneConfig(), GPU_CAPS, options=("fused_kernels",))
     run(search, speed=speed)
     assert set(search.best.fused_kernels) == {"layer_norm", "gelu"}
+
+
+def test_planned_is_a_useful_estimate_from_the_start():
+    search = GreedySearch(TuneConfig(), GPU_CAPS)
+    first = search.propose([])
+    assert first == TuneConfig() and search.planned > 15

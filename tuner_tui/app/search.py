@@ -118,5 +118,8 @@ class GreedySearch:
 
     @property
     def planned(self) -> int:
-        """A rough total for the progress line: what was tried plus what is queued now."""
-        return len(self.tried) + len(self._candidates)
+        """A rough total for the progress line: what was tried, what is queued, and one round
+        of each option still to come (on today's best)."""
+        base = self.best or self.start
+        later = self.options[self._option_index + 1 :]
+        return len(self.tried) + len(self._candidates) + sum(len(self._candidates_for(k, base)) for k in later)
