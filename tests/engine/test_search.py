@@ -15,7 +15,7 @@ from tuner_tui.engine import bench, search
 from tuner_tui.engine.client import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search import (
-    History, Search, SearchPlan, SearchSpace, StagedSearch, default_space, estimate_peak,
+    History, Search, SearchPlan, StagedSearch, default_space, estimate_peak,
     parse_bytes, parse_choices, pareto_front,
 )
 from tuner_tui.engine.store import ResultStore
@@ -81,14 +81,16 @@ def test_memory_estimate_scales_with_batch_and_measured_checkpointing_ratio():
     full32 = bf16.replace(batch_size=32, checkpointing="full")
     assert estimate_peak(full32, measured, 8) == 1600 * MiB
     # an unmeasured mode is assumed to save nothing
-    assert estimate_peak(bf16.replace(batch_size=16, checkpointing="selective"), measured, 8) == 1600 * MiB
+    selective16 = bf16.replace(batch_size=16, checkpointing="selective")
+    assert estimate_peak(selective16, measured, 8) == 1600 * MiB
     # the nearest configuration is the one with the fewest other options changed
     assert estimate_peak(TuneConfig.from_dict({"batch_size": 16}), measured, 8) == 1800 * MiB
     assert estimate_peak(bf16, [], 8) is None
 
 
 def test_pareto_front_keeps_trials_no_other_beats_on_both():
-    rows = [_row(100.0, 8 * MiB, precision="bf16"), _row(90.0, 4 * MiB, precision="bf16", checkpointing="full"),
+    rows = [_row(100.0, 8 * MiB, precision="bf16"),
+            _row(90.0, 4 * MiB, precision="bf16", checkpointing="full"),
             _row(80.0, 6 * MiB), _row(95.0, 9 * MiB, optimizer="fused")]
     assert [r.tokens_per_s for r in pareto_front(rows)] == [100.0, 90.0]
 
@@ -173,7 +175,8 @@ def test_search_ranks_respects_the_memory_budget_and_reuses_the_store(home):
     assert outcome.ran == 2 and outcome.skipped == 1 and len(store) == 2
     # Ranked: eligible trials by throughput, then the rest; the winner kept the loss.
     ok = [r for r in outcome.ranked if r.status == "ok"]
-    assert ok == sorted(ok, key=lambda r: -r.tokens_per_s) and outcome.ranked[-1].status == "skipped"
+    assert ok == sorted(ok, key=lambda r: -r.tokens_per_s)
+    assert outcome.ranked[-1].status == "skipped" and outcome.eligible == 2
     assert outcome.recommendation is ok[0] and outcome.recommendation.loss_ok is not False
     assert outcome.front and outcome.front[0] is ok[0]
     assert "fastest of 2 configurations" in outcome.reason
@@ -232,7 +235,8 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     args = ["tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2", "--warmup", "1",
             "--search", "precision=fp32,bf16", "--set", "compile_mode=off",
             "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
-            "--set", "attention=manual", "--set", "fused_kernels=", "--out", str(out), "--json", str(js),
+            "--set", "attention=manual", "--set", "fused_kernels=",
+            "--out", str(out), "--json", str(js),
             "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB"]
     proc = gputune(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]

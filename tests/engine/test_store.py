@@ -1,4 +1,4 @@
-"""The result store: keys, past results per machine, and a process killed in the middle of a write."""
+"""The result store: keys, past results per machine, a process killed in the middle of a write."""
 
 import signal
 import sqlite3
@@ -47,8 +47,8 @@ def test_measuring_again_replaces_and_past_lists_this_machine_newest_first(tmp_p
         assert [p.result.tokens_per_s for p in past] == [3.0, 2.0]
         assert store.past(H200, workload="other") == []
         assert len(store.past()) == 3
-    assert fingerprint(H200) == {k: H200[k] for k in
-                                 ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")}
+    keys = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+    assert fingerprint(H200) == {k: H200[k] for k in keys}
 
 
 def test_wal_mode_default_path_and_a_newer_schema(tmp_path, monkeypatch):

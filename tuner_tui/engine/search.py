@@ -101,7 +101,9 @@ class SearchSpace:
             changes["compile_scope"] = fixed.get("compile_scope", _default("compile_scope"))
             changes["compile_fullgraph"] = False
         if config.checkpointing != "every-n":
-            changes["checkpoint_every"] = fixed.get("checkpoint_every", _default("checkpoint_every"))
+            changes["checkpoint_every"] = fixed.get(
+                "checkpoint_every", _default("checkpoint_every")
+            )
         return config.replace(**changes)
 
     def contains(self, config: TuneConfig) -> bool:
@@ -157,10 +159,13 @@ def default_space(
         runnable = []
         for value in values:
             canonical = TuneConfig.from_dict({key: value})[key]
-            if option_unavailable(OPTIONS[key], canonical, caps) is None and canonical not in runnable:
+            runs = option_unavailable(OPTIONS[key], canonical, caps) is None
+            if runs and canonical not in runnable:
                 runnable.append(canonical)
         if not runnable:
-            raise ConfigError(f"--search {key}: none of its values can run on device = {caps.device}")
+            raise ConfigError(
+                f"--search {key}: none of its values can run on device = {caps.device}"
+            )
         if len(runnable) > 1 or key in (choices or {}):
             kept.append((key, tuple(runnable)))
         else:
@@ -183,7 +188,9 @@ def parse_choices(key: str, text: str) -> tuple:
     the empty set), e.g. fused_kernels=none,layer_norm+gelu."""
     option = OPTIONS.get(key)
     if option is None:
-        raise ConfigError(f"--search: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
+        raise ConfigError(
+            f"--search: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS)
+        )
     values = []
     for item in (t.strip() for t in text.split(",")):
         if not item:
@@ -295,8 +302,9 @@ def _checkpoint_ratio(mode: str, known, batch) -> float:
 class History:
     """Every trial of one search, in the order they were decided, keyed by configuration."""
 
-    def __init__(self, space: SearchSpace) -> None:
+    def __init__(self, space: SearchSpace, budget_bytes: int | None = None) -> None:
         self.space = space
+        self.budget_bytes = budget_bytes
         self.results: dict[str, TrialResult] = {}
 
     def __contains__(self, config: TuneConfig) -> bool:
@@ -312,11 +320,13 @@ class History:
         return list(self.results.values())
 
     def eligible(self) -> list[TrialResult]:
-        """Trials that may be recommended: ran, kept the loss, and lie in the space."""
+        """Trials that may be recommended: ran, kept the loss, lie in the space, and stayed
+        within the memory budget (a stored trial may come from a search with a larger one)."""
         return [
             r for r in self.results.values()
             if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
             and self.space.contains(TuneConfig.from_dict(r.config))
+            and (self.budget_bytes is None or (measured_peak(r) or 0) <= self.budget_bytes)
         ]
 
     def best(self) -> TrialResult | None:
@@ -434,6 +444,8 @@ class SearchOutcome:
     results: list[TrialResult]
     """Every trial decided, in order: measured, reused from the store, skipped."""
     ranked: list[TrialResult]
+    """The trials that may be recommended, fastest first (`eligible` of them), then the rest."""
+    eligible: int
     front: list[TrialResult]
     recommendation: TrialResult | None
     reason: str
@@ -496,10 +508,14 @@ class Search:
             self.workload = ready.workload
             self.default_batch = self.workload["default_batch_size"]
             self.workload_key = workload_key(self.workload, self.spec)
-            self.space = default_space(self.caps, self.default_batch, self.plan.fixed, self.plan.choices)
+            self.space = default_space(
+                self.caps, self.default_batch, self.plan.fixed, self.plan.choices
+            )
             self.space.start().check_runnable(self.caps)
-            self.budget_bytes = self.plan.max_memory_bytes or default_memory_budget(self.environment)
-            self.history = History(self.space)
+            self.budget_bytes = (
+                self.plan.max_memory_bytes or default_memory_budget(self.environment)
+            )
+            self.history = History(self.space, self.budget_bytes)
             self.strategy = self.make_strategy(self.space)
             print(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {gib(self.budget_bytes)}"
@@ -538,7 +554,9 @@ class Search:
                                    self.plan.warmup_steps, self.environment)
         if stored is not None and stored.result.status in REUSABLE:
             self._begin(config)
-            self.progress.end("skipped as measured (in the store): " + bench._summary(stored.result))
+            self.progress.end(
+                "skipped as measured (in the store): " + bench._summary(stored.result)
+            )
             return self._decided(config, stored.result, "reused")
         reference = self._reference_for(config)
         estimate = estimate_peak(config, self.history.all(), self.default_batch)
@@ -600,7 +618,8 @@ class Search:
         best = self.history.best()
         if best is None or not reference or self.plan.steps <= self.plan.early_stop_after:
             return None
-        tokens_per_step = (config.batch_size or self.default_batch) * self.workload["items_per_sample"]
+        batch = config.batch_size or self.default_batch
+        tokens_per_step = batch * self.workload["items_per_sample"]
         slowest_tokens_per_s = best.tokens_per_s / self.plan.early_stop_ratio
         return tokens_per_step / slowest_tokens_per_s * 1e3
 
@@ -609,7 +628,8 @@ class Search:
         (with full checkpointing, which leaves the losses unchanged, when plain fp32 would not
         fit). () for the reference itself, or when no reference could run."""
         batch = config.batch_size
-        candidates = [self.space.reference(batch), self.space.reference(batch).replace(checkpointing="full")]
+        plain = self.space.reference(batch)
+        candidates = [plain, plain.replace(checkpointing="full")]
         if config in candidates:
             return ()
         for reference in candidates:
@@ -626,12 +646,13 @@ class Search:
     # -- the outcome ---------------------------------------------------------------------------
     def _outcome(self) -> SearchOutcome:
         results = list(self.order)
-        eligible = self.history.eligible() if hasattr(self, "history") else []
+        eligible = self.history.eligible()
         ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
         ranked += [r for r in results if not any(r is x for x in ranked)]
         top = bench.best(eligible)
         outcome = SearchOutcome(
-            results=results, ranked=ranked, front=pareto_front(eligible), recommendation=top,
+            results=results, ranked=ranked, eligible=len(eligible), front=pareto_front(eligible),
+            recommendation=top,
             reason="", environment=self.environment, workload=self.workload,
             workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
@@ -696,9 +717,9 @@ def explain(outcome: SearchOutcome) -> str:
     """Why the recommendation won, in one sentence for the exported file."""
     top = outcome.recommendation
     if top is None:
-        return "no configuration ran and kept the fp32 reference's loss"
-    eligible = [r for r in outcome.ranked if r.status == "ok" and r.loss_ok is not False
-                and r.tokens_per_s]
+        return ("no configuration of the space ran within the memory budget and kept the fp32 "
+                "reference's loss")
+    eligible = outcome.ranked[:outcome.eligible]
     parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
              "that ran and kept the loss"]
     if _is_fp32_eager(top):

@@ -119,7 +119,8 @@ class ResultStore:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open result store {self.path}: {exc}") from None
         except OSError as exc:
-            raise StoreError(f"cannot open result store {self.path}: {exc.strerror or exc}") from None
+            detail = exc.strerror or exc
+            raise StoreError(f"cannot open result store {self.path}: {detail}") from None
 
     def _transaction(self):
         return _Transaction(self._db)
