@@ -261,6 +261,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     (["--budget-minutes", "-1"], "--budget-minutes -1 is out of range"),
     (["--steps", "0"], "--steps 0 is out of range"),
     (["--out", "x.yaml"], "unknown file format 'yaml'"),
+    (["--out", "/no/such/folder/g.toml"], "its folder does not exist"),
     (["--set", "precision=bf16", "--search", "precision=fp32"], "both name one option"),
 ])
 def test_tune_bad_input_is_one_line_and_exit_2(gputune, args, message):

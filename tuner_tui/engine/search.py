@@ -629,10 +629,9 @@ class Search:
         fit). () for the reference itself, or when no reference could run."""
         batch = config.batch_size
         plain = self.space.reference(batch)
-        candidates = [plain, plain.replace(checkpointing="full")]
-        if config in candidates:
-            return ()
-        for reference in candidates:
+        for reference in (plain, plain.replace(checkpointing="full")):
+            if reference == config:
+                return ()
             result = self.history.get(reference)
             if result is None:
                 estimate = estimate_peak(reference, self.history.all(), self.default_batch)
