@@ -234,6 +234,8 @@ def cmd_tune(args) -> int:
             raise UsageError(f"--search {key.strip()} and --set {key.strip()} both name one option")
         choices[key.strip()] = search.parse_choices(key.strip(), text)
     format_of(args.out)
+    if not Path(args.out).resolve().parent.is_dir():
+        raise UsageError(f"--out {args.out}: its folder does not exist")
     plan = search.SearchPlan(
         worker_spec(args), steps=args.steps, warmup_steps=args.warmup, max_memory_bytes=max_memory,
         budget_s=args.budget_minutes * 60 or None, trial_timeout_s=args.trial_timeout,
