@@ -32,7 +32,7 @@ def gone(pid: int) -> bool:
 @pytest.mark.slow
 @async_test
 async def test_dashboard_drives_the_real_worker(tmp_path):
-    app = GputuneApp(lambda: WorkerClient(SPEC), sampler_factory=TelemetrySampler)
+    app = GputuneApp(lambda: WorkerClient(SPEC), sampler_factory=TelemetrySampler, measure_steps=8)
     pids: set[int] = set()
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 1, timeout=120)
@@ -77,7 +77,7 @@ async def test_dashboard_drives_the_real_worker(tmp_path):
 @async_test
 async def test_an_oom_in_the_worker_becomes_an_oom_row_and_the_worker_lives_on():
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection="oom")
-    app = GputuneApp(lambda: WorkerClient(spec), sampler_factory=None)
+    app = GputuneApp(lambda: WorkerClient(spec), sampler_factory=None, measure_steps=8)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 1, timeout=120)
         row = app.session.rows[0]

@@ -102,6 +102,7 @@ class GputuneApp(App[int]):
         subtitle: str = "",
         clock: Callable[[], float] = time.monotonic,
         telemetry_interval: float = TELEMETRY_S,
+        measure_steps: int = 20,
     ) -> None:
         super().__init__()
         self.source_factory = source_factory
@@ -110,6 +111,8 @@ class GputuneApp(App[int]):
         self.auto_restart = auto_restart
         self.clock = clock
         self.telemetry_interval = telemetry_interval
+        self.measure_steps = measure_steps
+        """Steps measured after warm-up before a run gets its leaderboard row."""
         self.sub_title = subtitle
         self.session = Session()
         self.reader: EventReader | None = None
@@ -425,7 +428,7 @@ class GputuneApp(App[int]):
                 return False
         self.last_requested = config
         sent = caps is not None and self.reader is not None and self.reader.send(
-            protocol.ApplyConfig(config.to_dict())
+            protocol.ApplyConfig(config.to_dict(), measure_steps=self.measure_steps)
         )
         if sent:
             self.session.applying(config.to_dict(), config.label())
