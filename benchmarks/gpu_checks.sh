@@ -8,6 +8,10 @@
 #   hf        a Hugging Face Llama of ~1B parameters, the same four rows (issue 7)  ~5 min
 # Results land in $OUT (or ./out); copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
+case "${1:-}" in
+  engine|kernels|llama|hf) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|kernels|llama|hf" >&2; exit 2 ;;
+esac
 OUT=${OUT:-out}; mkdir -p "$OUT"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -30,6 +34,4 @@ case "${1:-}" in
   hf)
     gputune bench --workload examples.hf_causal_lm:llama --device cuda --preset kernels \
       --json "$OUT/bench-hf-llama-1b-kernels.json" 2>&1 | tee "$OUT/bench-hf-llama.log" | tail -10 ;;
-  *)
-    echo "usage: bash benchmarks/gpu_checks.sh engine|kernels|llama|hf" >&2; exit 2 ;;
 esac
