@@ -26,7 +26,7 @@ from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerEx
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
 from tuner_tui.app.screens.history import HistoryScreen
-from tuner_tui.app.search import GreedySearch
+from tuner_tui.app.search import LiveSearch
 from tuner_tui.app.session import Row, Session
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
@@ -125,7 +125,7 @@ class GputuneApp(App[int]):
         """Configurations to apply once the current trial is over (the start config after the
         baseline)."""
         self._crashes: dict[TuneConfig, int] = {}
-        self.search: GreedySearch | None = None
+        self.search: LiveSearch | None = None
         """The automatic search in progress, if any (key t)."""
         self._ready_once = False
         self._plots_version = -1
@@ -280,7 +280,8 @@ class GputuneApp(App[int]):
 
     # -- automatic search ------------------------------------------------------------------------
     def action_search(self) -> None:
-        """Start the greedy search from the best configuration so far, or stop it."""
+        """Start the search (the engine's staged search, trial by trial on this worker), or stop
+        it. Rows measured so far count as trials already done."""
         if self.search is not None:
             self._stop_search("stopped")
             return
@@ -288,20 +289,16 @@ class GputuneApp(App[int]):
         if caps is None:
             self.notify("The worker is not ready yet.", severity="warning")
             return
-        start = self.baseline_config
-        best = max(
-            (r for r in self.session.rows if r.ok and r.result.tokens_per_s and r.result.loss_ok is not False),
-            key=lambda r: r.result.tokens_per_s,
-            default=None,
-        )
-        if best is not None:
-            try:
-                start = TuneConfig.from_dict(best.result.config)
-            except ConfigError:
-                pass
+        default_batch = int(self.session.workload.get("default_batch_size") or self.session.batch_size or 1)
+        try:
+            self.search = LiveSearch(caps, default_batch)
+        except (ConfigError, ImportError) as exc:
+            self.notify(str(exc), title="cannot search", severity="error")
+            return
         self._queue.clear()
-        self.search = GreedySearch(start, caps)
-        self.notify(f"search started from {start.label()}: one option at a time (t stops it)", title="search")
+        self.notify(
+            f"search started: {self.search.space.describe()} (t stops it)", title="search", timeout=8
+        )
         if self.session.current_result() is not None or self.session.worker_state in ("idle", "ready"):
             self._search_step()
 
@@ -313,7 +310,7 @@ class GputuneApp(App[int]):
             if config is None:
                 self._finish_search()
                 return
-            self.session.search_note = f"search {len(search.tried)}/~{search.planned}: {search.current or 'start'}"
+            self.session.search_note = f"search {len(search.tried)}/~{search.planned}: {search.current}"
             self.toggles.set_config(config, applied=False)
             if self.apply_config(config):
                 return

@@ -1,125 +1,80 @@
-"""The dashboard's automatic search: a greedy walk over the registry's options on the live run.
+"""The dashboard's automatic search (key t): `gputune tune`'s search strategy on the live run.
 
-Option by option (in registry order, which is the composition order), every value this machine
-can run is tried on top of the best configuration so far; the fastest run that kept the loss
-wins and the walk moves to the next option. Set options (fused kernels) grow one member at a time.
-Numeric options are left as they are, and so are options that trade speed for memory.
-Configurations already measured this session are not run again. Pure and torch-free: the app
-feeds it results and applies what it proposes.
+The space, the stages and the choice of the best are the engine's (`tuner_tui.engine.search`:
+`default_space`, `StagedSearch`, `History`), so the dashboard and `gputune tune` search the same
+way. What differs is where a trial runs: here each proposal is an ApplyConfig to the dashboard's
+worker, and its leaderboard row is the result. Rows measured before the search (by hand) count
+as trials already done. Torch-free; the engine's search module is imported when a search starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from strategies.config import ConfigError, TuneConfig
-from strategies.registry import OPTIONS, Capabilities, Option, option_unavailable
+from strategies.registry import Capabilities
 from tuner_tui.engine.protocol import TrialResult
 
-MEMORY_OPTIONS = ("checkpointing", "checkpoint_every")
-"""Recomputing activations saves memory and never makes a step faster: not searched."""
 
+class LiveSearch:
+    """Feed it every result so far; it answers with the next configuration to apply, or None
+    when the search is over (then `best` is the winner)."""
 
-def searchable(option: Option) -> bool:
-    return option.kind in ("choice", "bool", "set") and option.key not in MEMORY_OPTIONS
+    def __init__(
+        self,
+        capabilities: Capabilities,
+        default_batch: int,
+        strategy_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
+        from tuner_tui.engine import search as engine
 
+        self._engine = engine
+        self.space = engine.default_space(capabilities, default_batch)
+        self.history = engine.History(self.space)
+        self.strategy = (strategy_factory or engine.StagedSearch)(self.space)
+        self.tried: list[TuneConfig] = []
+        """Configurations proposed, in order."""
+        self._round: list[TuneConfig] = []
 
-def _key(config: TuneConfig) -> tuple:
-    return config.values
-
-
-def good(result: TrialResult) -> bool:
-    """A run the search may pick: it ran, it was measured, and its loss kept to the reference."""
-    return result.status == "ok" and bool(result.tokens_per_s) and result.loss_ok is not False
-
-
-@dataclass
-class GreedySearch:
-    start: TuneConfig
-    capabilities: Capabilities
-    options: tuple[str, ...] = tuple(k for k, o in OPTIONS.items() if searchable(o))
-    best: TuneConfig | None = None
-    best_tokens: float = 0.0
-    tried: list[TuneConfig] = field(default_factory=list)
-    """Configurations proposed, in order."""
-    current: str | None = None
-    """The option being searched."""
-    _option_index: int = -1
-    _candidates: list[TuneConfig] = field(default_factory=list)
-    _round_base: TuneConfig | None = None
-    _started: bool = False
-
-    def _runnable(self, config: TuneConfig) -> bool:
-        return all(
-            option_unavailable(OPTIONS[k], v, self.capabilities) is None for k, v in config.values
-        )
-
-    def _candidates_for(self, key: str, base: TuneConfig) -> list[TuneConfig]:
-        option = OPTIONS[key]
-        if option.kind == "set":
-            present = tuple(getattr(base, key))
-            values = [present + (c,) for c in option.choices if c not in present]
-        elif option.kind == "bool":
-            values = [not getattr(base, key)]
-        else:
-            values = [c for c in option.choices if c != getattr(base, key)]
-        out = []
-        for value in values:
+    def _absorb(self, results: Iterable[TrialResult]) -> None:
+        for result in results:
             try:
-                config = base.replace(**{key: value})
-            except ConfigError:
-                continue  # an invalid combination (e.g. fullgraph without compile)
-            if self._runnable(config):
-                out.append(config)
-        return out
-
-    def _absorb(self, results: Iterable[TrialResult]) -> dict[tuple, TrialResult]:
-        """Latest result per configuration; updates the best."""
-        by_config: dict[tuple, TrialResult] = {}
-        for r in results:
-            try:
-                config = TuneConfig.from_dict(r.config)
+                config = self.space.canonical(TuneConfig.from_dict(result.config))
             except ConfigError:
                 continue
-            by_config[_key(config)] = r
-            if good(r) and r.tokens_per_s > self.best_tokens:
-                self.best, self.best_tokens = config, float(r.tokens_per_s)
-        return by_config
+            if result.status == "crash" and config in self.history:
+                continue  # keep what it measured before the worker died
+            self.history.add(config, result)
 
     def propose(self, results: Iterable[TrialResult]) -> TuneConfig | None:
-        """The next configuration to measure, or None when the search is over (see `best`).
-        Call it with every result so far, each time the previous proposal has its result."""
-        measured = self._absorb(results)
-        if not self._started:
-            self._started = True
-            if _key(self.start) not in measured:
-                self.tried.append(self.start)
-                return self.start
+        self._absorb(results)
         while True:
-            while self._candidates:
-                candidate = self._candidates.pop(0)
-                if _key(candidate) not in measured and candidate not in self.tried:
-                    self.tried.append(candidate)
-                    return candidate
-            base = self.best or self.start
-            if self.current and OPTIONS[self.current].kind == "set" and base != self._round_base:
-                # A member joined the set: try adding one more on top of it.
-                self._round_base = base
-                self._candidates = self._candidates_for(self.current, base)
-                continue
-            self._option_index += 1
-            if self._option_index >= len(self.options):
-                self.current = None
+            while self._round:
+                config = self._round.pop(0)
+                if config not in self.history:
+                    self.tried.append(config)
+                    return config
+            self._round = list(self.strategy.propose(self.history))
+            if not self._round:
                 return None
-            self.current = self.options[self._option_index]
-            self._round_base = base
-            self._candidates = self._candidates_for(self.current, base)
+
+    @property
+    def best(self) -> TuneConfig | None:
+        result = self.history.best()
+        return TuneConfig.from_dict(result.config) if result is not None else None
+
+    @property
+    def best_tokens(self) -> float:
+        result = self.history.best()
+        return float(result.tokens_per_s or 0.0) if result is not None else 0.0
+
+    @property
+    def current(self) -> str:
+        """The stage being searched, for the progress line."""
+        name = getattr(self.strategy, "stage_name", None)
+        return name() if callable(name) else ""
 
     @property
     def planned(self) -> int:
-        """A rough total for the progress line: what was tried, what is queued, and one round
-        of each option still to come (on today's best)."""
-        base = self.best or self.start
-        later = self.options[self._option_index + 1 :]
-        return len(self.tried) + len(self._candidates) + sum(len(self._candidates_for(k, base)) for k in later)
+        """A rough total for the progress line: tried, queued, and the strategy's estimate."""
+        return len(self.tried) + len(self._round) + int(self.strategy.remaining(self.history))
