@@ -586,7 +586,7 @@ class GputuneApp(App[int]):
         yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
         yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
         yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
-        yield SystemCommand("Search", "Start (or stop) the automatic search: one option at a time on the live run", self.action_search)
+        yield SystemCommand("Search", "Start (or stop) the automatic search: gputune tune's stages, trial by trial on this run", self.action_search)
         yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
         yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
         yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)

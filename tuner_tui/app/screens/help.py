@@ -34,7 +34,7 @@ same initial weights and batches, so the figures compare like with like.
 | `r` | re-apply the selected leaderboard row |
 | `e` | export the selected row (or the current configuration) |
 | `s` | sort the leaderboard by the next column |
-| `t` | start / stop the automatic search: each option in turn on top of the best so far |
+| `t` | start / stop the automatic search (`gputune tune`'s stages, trial by trial on this run) |
 | `h` | history: what was measured before on this machine (Enter re-applies) |
 | `b` | apply the baseline (all defaults) |
 | `ctrl+r` | restart the worker process |
