@@ -213,6 +213,23 @@ def test_an_oom_is_recorded_and_the_search_goes_on(home):
     store.close()
 
 
+def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compile_time(home):
+    store = ResultStore(home / "results.sqlite3")
+    fixed = {"compile_mode": "default", "compile_scope": "model", "precision": "fp32",
+             "batch_size": 0}
+    outcome, log = _search(store, CountingRunner(), fixed=fixed, max_memory_bytes=2**40)
+    # The fp32 eager reference runs first (the losses to check against), then the compiled one.
+    eager, compiled = outcome.results
+    assert eager.label == "fp32" and compiled.label == "fp32 + compile(default)"
+    assert compiled.status == "ok" and compiled.loss_ok is True
+    assert compiled.compile_s > eager.compile_s
+    assert outcome.recommendation is compiled  # the eager reference lies outside the space
+    stored = store.lookup(outcome.workload_key, compiled.config, 2, 1, outcome.environment)
+    assert stored.result.compile_s == compiled.compile_s
+    assert any((home / "inductor").rglob("*")), "the worker did not use the shared cache"
+    store.close()
+
+
 def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
     from tuner_tui.engine.protocol import RunTrial, RunFailed, TrialFinished
 
