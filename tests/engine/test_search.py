@@ -213,7 +213,12 @@ def test_an_oom_is_recorded_and_the_search_goes_on(home):
     store.close()
 
 
-def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compile_time(home):
+def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compile_time(
+    home, monkeypatch
+):
+    # torch sets TORCHINDUCTOR_CACHE_DIR in os.environ once anything compiles in this process
+    # (another test may have); the gputune parent never imports torch.
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     store = ResultStore(home / "results.sqlite3")
     fixed = {"compile_mode": "default", "compile_scope": "model", "precision": "fp32",
              "batch_size": 0}
