@@ -43,7 +43,10 @@ def cells(row: Row, session: Session) -> list:
         Text(fmt.milliseconds(r.step_ms), justify="right"),
         Text(fmt.fraction(r.mfu), justify="right"),
         Text(fmt.size(r.peak_memory_bytes), justify="right"),
-        Text(fmt.seconds(r.compile_s), justify="right"),
+        # An eager run's "compile" time is only its first step: not shown as compile time.
+        Text(fmt.seconds(r.compile_s), justify="right")
+        if r.config.get("compile_mode", "off") != "off"
+        else Text("eager", style="dim", justify="right"),
         Text(loss, style="green" if r.loss_ok else "red", justify="center"),
         Text(r.status, style=STATUS_STYLE.get(r.status, "bold red")),
     ]
