@@ -49,8 +49,6 @@ class FakeWorker:
     """An event source with the real worker's manners. `fail` maps a precision to a failure kind
     (e.g. {"fp16": "diverged"}) to script faults; `kill()` makes it die like a SIGKILLed process."""
 
-    instances: list["FakeWorker"] = []
-
     def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None):
         self.caps = caps
         self.steps = steps
@@ -62,7 +60,6 @@ class FakeWorker:
         self.code: int | None = None
         self.run_id = 0
         self._cond = threading.Condition()
-        FakeWorker.instances.append(self)
 
     @property
     def pid(self) -> int | None:
