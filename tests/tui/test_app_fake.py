@@ -496,3 +496,16 @@ async def test_applying_by_hand_stops_the_search():
         rows = len(app.session.rows)
         await pilot.pause(0.5)
         assert len(app.session.rows) <= rows + 1
+
+
+@async_test
+async def test_clicking_a_header_sorts_by_that_column():
+    app, workers = make_app(TuneConfig().replace(precision="bf16"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        table = app.leaderboard
+        x = 1 + sum(c.get_render_width(table) for c in table.ordered_columns[:4]) + 2  # "step ms"
+        await pilot.click("#leaderboard", offset=(x, 1))
+        await pilot.pause()
+        assert table.sort_column == "step"
+        assert table.get_row_at(0)[0] == 2  # bf16 has the shorter step

@@ -167,9 +167,9 @@ class Leaderboard(DataTable):
         self._user_moved()
         super().action_select_cursor()
 
-    async def _on_click(self, event) -> None:
+    def _on_click(self, event) -> None:
+        # Textual also runs DataTable's own _on_click (handlers are called along the MRO).
         self._user_moved()
-        await super()._on_click(event)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()
