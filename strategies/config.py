@@ -166,7 +166,8 @@ class TuneConfig:
         if self.attention != OPTIONS["attention"].default:
             parts.append(self.attention)
         if self.fused_kernels:
-            parts.append("kernels(" + ",".join(self.fused_kernels) + ")")
+            every = "" if self.kernels_with_compile == "inductor-first" else ",all"
+            parts.append("kernels(" + ",".join(self.fused_kernels) + every + ")")
         if self.checkpointing != "off":
             every = f"/{self.checkpoint_every}" if self.checkpointing == "every-n" else ""
             parts.append(f"ckpt {self.checkpointing}{every}")

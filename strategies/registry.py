@@ -130,6 +130,16 @@ STRATEGIES: tuple[Strategy, ...] = (
                 requires=("triton",),
                 label="Fused kernels",
             ),
+            Option(
+                "kernels_with_compile",
+                "choice",
+                "inductor-first",
+                "With compile on: inductor-first swaps only the losses and lets Inductor fuse "
+                "norms, activations and softmax into their neighbours; all swaps every chosen "
+                "kernel",
+                choices=("inductor-first", "all"),
+                label="Kernels under compile",
+            ),
         ),
     ),
     Strategy(

@@ -130,3 +130,27 @@ def test_compile_keeps_the_reference_loss(reference):
                                        "fullgraph": False}
     for got, want in zip(losses, reference["gpt2-tiny"]):
         assert abs(got - want) / want <= LOSS_TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize(
+    "policy, swapped",
+    [("inductor-first", {"layer_norm": 0, "gelu": 0, "linear_cross_entropy": 1}),
+     ("all", {"layer_norm": 5, "gelu": 2, "linear_cross_entropy": 1})],
+)
+def test_under_compile_norms_and_activations_are_left_to_inductor_unless_asked(
+        monkeypatch, policy, swapped):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import kernels
+
+    if not kernels.available()[0]:
+        pytest.skip("Triton kernels cannot run here")
+    w = load("gpt2-tiny")
+    model = w.build_model()
+    config = TuneConfig.from_dict({
+        "fused_kernels": ["layer_norm", "gelu", "linear_cross_entropy"],
+        "compile_mode": "default", "kernels_with_compile": policy,
+    })
+    tuned = strategies.apply(config, model)  # compiling happens at the first call, not here
+    assert tuned.report["fused_kernels"] == swapped
+    left = tuned.report.get("fused_kernels_left_to_inductor")
+    assert left == (["layer_norm", "gelu"] if policy == "inductor-first" else None)

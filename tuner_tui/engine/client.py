@@ -71,8 +71,11 @@ class WorkerClient:
         self.events = None
 
     def start(self) -> None:
-        self.commands = self._ctx.Queue()
-        self.events = self._ctx.Queue()
+        # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
+        # to its child: create the queues with the real stderr too.
+        with _real_stderr():
+            self.commands = self._ctx.Queue()
+            self.events = self._ctx.Queue()
         self.process = self._ctx.Process(
             target=_worker_entry,
             args=(self.spec, self.commands, self.events),
