@@ -148,6 +148,14 @@ def check_run_options(args) -> None:
         raise UsageError(f"workload {name!r}: no module named {module!r} (is it on PYTHONPATH?)")
 
 
+def check_measure_options(args) -> None:
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
+    if args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
+                         "step compiles)")
+
+
 def worker_spec(args):
     from tuner_tui.engine.client import WorkerSpec
 
@@ -159,11 +167,7 @@ def cmd_bench(args) -> int:
     from tuner_tui.engine import bench
 
     check_run_options(args)
-    if args.steps < 1:
-        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
-    if args.warmup < 1:
-        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
-                         "step compiles)")
+    check_measure_options(args)
     overrides = parse_overrides(args.overrides)
     configs = [read(path).config for path in args.config]
     for name in args.preset:
@@ -208,11 +212,7 @@ def cmd_tune(args) -> int:
     from tuner_tui.engine.store import ResultStore, StoreError
 
     check_run_options(args)
-    if args.steps < 1:
-        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
-    if args.warmup < 1:
-        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
-                         "step compiles)")
+    check_measure_options(args)
     if args.budget_minutes < 0:
         raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number >= 0 "
                          "(0: no limit)")
