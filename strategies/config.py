@@ -160,6 +160,13 @@ class TuneConfig:
             raise ConfigError(f"a configuration must be a table of options, not {type(data).__name__}")
         return cls(tuple(data.items()))
 
+    @classmethod
+    def reference(cls, batch_size: int = 0) -> "TuneConfig":
+        """The configuration every other is checked against: fp32, eager, no kernels. Its
+        attention is SDPA, which in fp32 computes the same function as the manual path without
+        holding a (T, T) score matrix per head, so the reference fits wherever the model does."""
+        return cls.from_dict({"batch_size": batch_size, "attention": "sdpa"})
+
     def label(self) -> str:
         """A short human name, e.g. 'bf16 + compile(default) + sdpa + fused AdamW'."""
         parts = [self.precision]

@@ -251,7 +251,7 @@ def run_bench(
             if batch not in references and not _is_reference(config):
                 progress.begin(index, total, f"fp32 reference losses (batch {batch})")
                 ref = run_one(
-                    client, TuneConfig.from_dict({"batch_size": config.batch_size}),
+                    client, TuneConfig.reference(config.batch_size),
                     BenchPlan(plan.spec, [], steps=1, warmup_steps=LOSS_CHECK_STEPS - 1),
                     (), progress,
                 )

@@ -35,10 +35,6 @@ class Diverged(RuntimeError):
     pass
 
 
-def reference_config(batch_size: int) -> TuneConfig:
-    """The configuration every other is checked against: fp32, eager, no kernels."""
-    return TuneConfig.from_dict({"batch_size": batch_size})
-
 
 def classify(exc: BaseException) -> str:
     """Failure kind for an exception raised while building or training."""

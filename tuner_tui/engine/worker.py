@@ -159,10 +159,12 @@ class Worker:
     # -- the reference losses ------------------------------------------------------------------
     def reference(self, batch_size: int) -> tuple[float, ...]:
         """Losses of the fp32 eager configuration over the first steps, for this batch size."""
-        from tuner_tui.engine.trial import LOSS_CHECK_STEPS, reference_config
+        from tuner_tui.engine.trial import LOSS_CHECK_STEPS
 
         if batch_size not in self.references:
-            trainer = self._trainer(reference_config(batch_size), warmup=LOSS_CHECK_STEPS, reference=())
+            trainer = self._trainer(
+                TuneConfig.reference(batch_size), warmup=LOSS_CHECK_STEPS, reference=()
+            )
             try:
                 trainer.build()
                 for _ in range(LOSS_CHECK_STEPS):
