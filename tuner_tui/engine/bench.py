@@ -242,27 +242,32 @@ def run_bench(
             print(f"skipped {line}", file=out)
     workload = ready.workload
     default_batch = workload["default_batch_size"]
-    references: dict[int, tuple[float, ...]] = {}
+    # Keyed by (batch size, gradient clip): both change the losses a configuration must match.
+    references: dict[tuple[int, float], tuple[float, ...]] = {}
     results: list[protocol.TrialResult] = []
     total = len(configs)
     try:
         for index, config in enumerate(configs, start=1):
             batch = config.batch_size or default_batch
-            if batch not in references and not _is_reference(config):
+            key = (batch, config.grad_clip)
+            if key not in references and not _is_reference(config):
                 progress.begin(index, total, f"fp32 reference losses (batch {batch})")
+                reference = TuneConfig.reference(config.batch_size).replace(
+                    grad_clip=config.grad_clip
+                )
                 ref = run_one(
-                    client, TuneConfig.reference(config.batch_size),
+                    client, reference,
                     BenchPlan(plan.spec, [], steps=1, warmup_steps=LOSS_CHECK_STEPS - 1),
                     (), progress,
                 )
-                references[batch] = tuple(ref.losses)
+                references[key] = tuple(ref.losses)
                 progress.end(f"{len(ref.losses)} losses" if ref.status == "ok" else ref.status)
                 client.stop()
                 client, _ = start_worker(plan.spec)
             progress.begin(index, total, config.label())
-            result = run_one(client, config, plan, references.get(batch, ()), progress)
+            result = run_one(client, config, plan, references.get(key, ()), progress)
             if _is_reference(config) and result.status == "ok":
-                references.setdefault(batch, tuple(result.losses[:LOSS_CHECK_STEPS]))
+                references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
             progress.end(_summary(result))
             client.stop()
@@ -274,11 +279,14 @@ def run_bench(
 
 
 def _is_reference(config: TuneConfig) -> bool:
-    c = config.changed()
-    c.pop("batch_size", None)
-    c.pop("attention", None)
-    c.pop("optimizer", None)
-    return not c
+    """Computes what the fp32 eager reference computes (attention, optimizer implementation
+    and checkpointing change how, not what), so its own losses are the reference."""
+    return (
+        config.precision == "fp32"
+        and config.compile_mode == "off"
+        and not config.fused_kernels
+        and config.checkpointing == "off"
+    )
 
 
 def _summary(r: protocol.TrialResult) -> str:

@@ -31,7 +31,7 @@ class Worker:
         self.paused = False
         self.measure_steps = 20
         self.live_reported = False
-        self.references: dict[int, tuple[float, ...]] = {}
+        self.references: dict[tuple[int, float], tuple[float, ...]] = {}
 
     def emit(self, event) -> None:
         self.events.put(event)
@@ -157,23 +157,25 @@ class Worker:
         return trainer.step()
 
     # -- the reference losses ------------------------------------------------------------------
-    def reference(self, batch_size: int) -> tuple[float, ...]:
-        """Losses of the fp32 eager configuration over the first steps, for this batch size."""
+    def reference(self, config: TuneConfig) -> tuple[float, ...]:
+        """Losses of the fp32 eager configuration over the first steps, for this batch size and
+        gradient clipping (both change the losses)."""
         from tuner_tui.engine.trial import LOSS_CHECK_STEPS
 
-        if batch_size not in self.references:
-            trainer = self._trainer(
-                TuneConfig.reference(batch_size), warmup=LOSS_CHECK_STEPS, reference=()
-            )
+        batch_size = config.batch_size or self.workload.default_batch_size
+        key = (batch_size, config.grad_clip)
+        if key not in self.references:
+            reference = TuneConfig.reference(batch_size).replace(grad_clip=config.grad_clip)
+            trainer = self._trainer(reference, warmup=LOSS_CHECK_STEPS, reference=())
             try:
                 trainer.build()
                 for _ in range(LOSS_CHECK_STEPS):
                     trainer.step()
                 trainer.finish()
-                self.references[batch_size] = tuple(r.loss for r in trainer.records)
+                self.references[key] = tuple(r.loss for r in trainer.records)
             finally:
                 trainer.close()
-        return self.references[batch_size]
+        return self.references[key]
 
     # -- commands ------------------------------------------------------------------------------
     def run_trial(self, cmd: protocol.RunTrial) -> None:
@@ -223,9 +225,7 @@ class Worker:
         self.stop_live()
         trainer = None
         try:
-            config = TuneConfig.from_dict(cmd.config)
-            batch = config.batch_size or self.workload.default_batch_size
-            reference = self.reference(batch)
+            reference = self.reference(TuneConfig.from_dict(cmd.config))
             trainer = self._build(cmd.config, 5, reference)
             self.measure_steps = cmd.measure_steps
             self.live_reported = False
