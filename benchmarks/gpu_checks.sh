@@ -12,13 +12,7 @@ case "${1:-}" in
   engine|kernels|llama|hf) ;;
   *) echo "usage: bash benchmarks/gpu_checks.sh engine|kernels|llama|hf" >&2; exit 2 ;;
 esac
-OUT=${OUT:-out}; mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt"
 case "${1:-}" in

@@ -3,13 +3,7 @@
 # tokens, as in ../shared/ANCHORS.md). Run from the repository root with the wheels carried
 # (see ../shared/gpu/README.md); results land in $OUT (or ./out).
 set -uo pipefail
-OUT=${OUT:-out}; mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -m tuner_tui.cli bench --workload gpt2-124m --device cuda \
   --json "$OUT/bench-gpt2-124m.json" --export "$OUT/best-gpt2-124m.toml" "$@" 2>&1 | tee "$OUT/bench-gpt2-124m.log"
