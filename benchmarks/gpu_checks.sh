@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Every GPU measurement the open issues ask for, one section per device call (each well under
-# the 10-minute limit). Run from the repository root on the GPU machine with the wheels carried
+# Every GPU measurement the open issues ask for, one section per device call (each under the
+# 10-minute limit). Run from the repository root on the GPU machine with the wheels carried
 # (../shared/gpu/README.md):  bash benchmarks/gpu_checks.sh SECTION
-#   engine    the bench ladder on gpt2-124m (issue 2)                         ~5 min
-#   kernels   GPU kernel tests and the kernel benchmark (issue 3)              ~4 min
-#   llama     llama-1b: compile alone, kernels alone, both (issues 3 and 5)    ~5 min
-#   hf        a Hugging Face Llama of ~1B parameters, the same four rows (issue 7)  ~5 min
-# Results land in $OUT (or ./out); copy them to benchmarks/results/ and quote them in the docs.
+#   engine    the bench ladder on gpt2-124m (issue 2); the dashboard on its best row beside
+#             `gputune bench` of the same, a screenshot, a real OOM and a worker kill (4, 6);
+#             NVML telemetry                                                       ~8 min
+#   tune      the anchor's configuration, then `gputune tune` on gpt2-124m (issue 5) ~9 min
+#   llama     llama-1b: a search over compile x kernels (issues 3 and 5), then a Hugging Face
+#             Llama of ~1B parameters: eager, kernels, compile, both (issue 7)     ~9 min
+#   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
+# Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
+# copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|kernels|llama|hf) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|kernels|llama|hf" >&2; exit 2 ;;
+  engine|tune|llama|kernels) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|llama|kernels" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -18,14 +22,38 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvi
 case "${1:-}" in
   engine)
     bash benchmarks/gpu_engine.sh > /dev/null 2>&1
-    tail -16 "$OUT/bench-gpt2-124m.log" ;;
+    tail -16 "$OUT/bench-gpt2-124m.log"
+    python3 benchmarks/gpu_dashboard.py --config "$OUT/best-gpt2-124m.toml" \
+      --svg "$OUT/dashboard-h200.svg" --json "$OUT/dashboard-h200.json" 2>/dev/null
+    # the same configuration through `gputune bench`, right after the dashboard
+    gputune bench --workload gpt2-124m --device cuda --config "$OUT/best-gpt2-124m.toml" \
+      --json "$OUT/bench-beside-dashboard.json" 2>&1 | tail -5
+    python3 -m tuner_tui.engine.telemetry > "$OUT/telemetry-h200.json" 2>&1 ;;
+  tune)
+    # One Inductor cache and one result store for the anchor's run and the search.
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
+    gputune bench --workload gpt2-124m --device cuda --config benchmarks/configs/gpt2-compile-fused.toml \
+      --json "$OUT/bench-anchor-config.json" 2>&1 | tail -4
+    start=$(date +%s)
+    gputune tune --workload gpt2-124m --device cuda --budget-minutes "${TUNE_MINUTES:-7}" \
+      --out "$OUT/tune-gpt2-124m.toml" --json "$OUT/tune-gpt2-124m.json" > "$OUT/tune-gpt2-124m.log" 2>&1
+    echo "tune wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-gpt2-124m.log"
+    grep -v "^\[" "$OUT/tune-gpt2-124m.log" | tail -40 ;;
+  llama)
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
+    # bf16, SDPA, fused AdamW and the batch held; compile x kernels searched: the single-family
+    # configurations (compile alone, kernels alone) are trials of the same run.
+    gputune tune --workload llama-1b --device cuda --budget-minutes "${LLAMA_MINUTES:-4}" \
+      --set precision=bf16 --set attention=sdpa --set optimizer=fused --set checkpointing=off \
+      --set batch_size=0 --search compile_mode=off,default \
+      --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
+      --out /tmp/tune-llama-1b.toml --json "$OUT/tune-llama-1b.json" > "$OUT/tune-llama-1b.log" 2>&1
+    grep -v "^\[" "$OUT/tune-llama-1b.log" | tail -25
+    timeout "${HF_SECONDS:-290}" python3 -m tuner_tui.cli bench --workload examples.hf_causal_lm:llama \
+      --device cuda --preset kernels --steps 10 \
+      --json "$OUT/bench-hf-llama-1b-kernels.json" > "$OUT/bench-hf-llama.log" 2>&1
+    tail -12 "$OUT/bench-hf-llama.log" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" 2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
-  llama)
-    gputune bench --workload llama-1b --device cuda --preset kernels \
-      --json "$OUT/bench-llama-1b-kernels.json" 2>&1 | tee "$OUT/bench-llama-1b.log" | tail -10 ;;
-  hf)
-    gputune bench --workload examples.hf_causal_lm:llama --device cuda --preset kernels \
-      --json "$OUT/bench-hf-llama-1b-kernels.json" 2>&1 | tee "$OUT/bench-hf-llama.log" | tail -10 ;;
 esac

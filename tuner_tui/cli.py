@@ -179,8 +179,13 @@ def cmd_bench(args) -> int:
         configs = bench.ladder()
     plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
                            trial_timeout_s=args.trial_timeout, overrides=overrides)
+    def save_rows(results, environment, workload) -> None:
+        bench.write_json(args.json, results, environment, workload, plan)
+
     try:
-        results, environment, workload = bench.run_bench(plan, strict=strict)
+        results, environment, workload = bench.run_bench(
+            plan, strict=strict, on_result=save_rows if args.json else None
+        )
     except bench.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     gpu = environment.get("gpu_name") or "CPU"

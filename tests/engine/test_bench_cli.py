@@ -57,3 +57,25 @@ def test_text_file_data(gputune, tmp_path):
                    "--preset", "quick", "--steps", "2", "--warmup", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count(" ok") >= 2
+
+
+def test_bench_hands_over_each_row_as_it_is_measured():
+    """So `--json` keeps the rows measured before a bench is cut short."""
+    import io
+
+    from strategies.config import TuneConfig
+    from tuner_tui.engine import bench
+    from tuner_tui.engine.client import WorkerSpec
+
+    configs = [TuneConfig(), TuneConfig().replace(optimizer="foreach")]
+    plan = bench.BenchPlan(WorkerSpec(workload="gpt2-tiny", device="cpu"), configs, steps=2,
+                           warmup_steps=1)
+    seen = []
+    results, environment, _ = bench.run_bench(
+        plan, out=io.StringIO(), on_result=lambda rows, env, wl: seen.append(
+            ([r.config["optimizer"] for r in rows], env["torch"], wl["name"]))
+    )
+    torch_version = environment["torch"]
+    assert seen == [(["plain"], torch_version, "gpt2-tiny"),
+                    (["plain", "foreach"], torch_version, "gpt2-tiny")]
+    assert [r.status for r in results] == ["ok", "ok"]

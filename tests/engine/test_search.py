@@ -115,14 +115,52 @@ def test_staged_search_moves_from_the_best_and_tries_interacting_options_togethe
     compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[3]}
     assert compile_round == {("default", "model"), ("default", "block"),
                              ("reduce-overhead", "model"), ("reduce-overhead", "block")}
-    kernels = rounds[5]  # against eager and against the winning compile mode only
+    # Every batch size fits without checkpointing, so checkpointing (which only recomputes) is
+    # never tried: the memory stage is the larger batch alone.
+    assert [(c.batch_size, c.checkpointing) for c in rounds[5]] == [(32, "off")]
+    kernels = rounds[6]  # against eager and against the winning compile mode only, at batch 32
     assert {c.compile_mode for c in kernels} == {"off", "reduce-overhead"}
     assert all(c.fused_kernels for c in kernels if c.compile_mode == "reduce-overhead")
-    last = {(c.batch_size, c.checkpointing) for c in rounds[6]}
-    assert last == {(0, "full"), (32, "off"), (32, "full")}
+    assert {c.batch_size for c in kernels} == {32}
+    assert len(rounds) == 7
     best = history.best()
     assert best.config["batch_size"] == 32 and best.config["checkpointing"] == "off"
     assert strategy.remaining(history) == 0
+
+
+def test_checkpointing_is_tried_only_where_a_batch_does_not_fit_cheapest_mode_first():
+    space = default_space(GPU, 16, fixed={"precision": "bf16", "attention": "sdpa",
+                                          "compile_mode": "off", "optimizer": "fused",
+                                          "fused_kernels": ()},
+                          choices={"batch_size": ("x1", "x2", "x4")})
+    assert space.values("checkpointing") == ("off", "selective", "every-n", "full")
+    strategy, history = StagedSearch(space), History(space, budget_bytes=80 * MiB)
+    # Peak per sample: 3 MiB without checkpointing, 2 selective, 1.5 every-n, 1 full. The
+    # budget (80 MiB) holds batch 16 plainly, batch 32 with selective and batch 64 only with
+    # full; a run over the budget is an OOM, as on a GPU of that size.
+    per_sample = {"off": 3, "selective": 2, "every-n": 1.5, "full": 1}
+    rounds = []
+    while batch := strategy.propose(history):
+        rounds.append([(c.batch_size, c.checkpointing) for c in batch])
+        assert strategy.stage_name() in {name for name, _ in StagedSearch.STAGES}
+        for c in batch:
+            n = c.batch_size or 16
+            peak = int(per_sample[c.checkpointing] * n * MiB)
+            if peak > 80 * MiB:
+                history.add(c, _row(status="oom", **c.to_dict()))
+            else:
+                history.add(c, _row(n * {"off": 10, "selective": 9.5, "every-n": 9,
+                                          "full": 8}[c.checkpointing], peak, **c.to_dict()))
+    assert rounds == [
+        [(0, "off")],
+        [(32, "off"), (64, "off")],
+        [(32, "selective"), (64, "selective")],
+        [(64, "every-n")],
+        [(64, "full")],
+    ]
+    assert strategy.stage_name() == StagedSearch.MEMORY_STAGE
+    best = history.best()
+    assert (best.config["batch_size"], best.config["checkpointing"]) == (64, "full")
 
 
 # -- searches with real workers -------------------------------------------------------------------
@@ -133,9 +171,11 @@ class CountingRunner:
 
     def __init__(self):
         self.sent: list[dict] = []
+        self.steps: list[int] = []
 
     def __call__(self, client, config, plan, reference, progress, **kw):
         self.sent.append(config.to_dict())
+        self.steps.append(plan.steps)
         return bench.run_one(client, config, plan, reference, progress, **kw)
 
 
@@ -151,8 +191,8 @@ def _search(store, runner, **plan):
     fixed = {"compile_mode": "off", "attention": "manual", "checkpointing": "off",
              "optimizer": "plain", "fused_kernels": ()}
     fixed = {k: v for k, v in fixed.items() if k not in plan.get("choices", {})}
-    plan = SearchPlan(spec, steps=2, warmup_steps=1, fixed={**fixed, **plan.pop("fixed", {})},
-                      **plan)
+    plan = SearchPlan(spec, steps=plan.pop("steps", 2), warmup_steps=1,
+                      fixed={**fixed, **plan.pop("fixed", {})}, **plan)
     out = io.StringIO()
     outcome = Search(plan, store, out=out, runner=runner).run()
     return outcome, out.getvalue()
@@ -210,6 +250,22 @@ def test_an_oom_is_recorded_and_the_search_goes_on(home):
     assert outcome.recommendation is not None and outcome.recommendation.batch_size == 8
     stored = {(s.config["batch_size"], s.result.status) for s in store.past()}
     assert (16, "oom") in stored
+    store.close()
+
+
+def test_the_reference_of_a_larger_batch_runs_only_the_steps_the_loss_check_compares(home):
+    store = ResultStore(home / "results.sqlite3")
+    runner = CountingRunner()
+    outcome, _ = _search(store, runner, choices={"batch_size": ("x1", "x2")},
+                         fixed={"precision": "bf16"}, steps=12)
+    sent = [(c["precision"], c["batch_size"], n) for c, n in zip(runner.sent, runner.steps)]
+    # The fp32 reference at the start's batch (8) is also the baseline: full length. The one at
+    # batch 16 stops at the loss check's 8 steps (1 warm-up + 7 measured).
+    assert sent == [("fp32", 0, 12), ("bf16", 0, 12),
+                    ("fp32", 16, search.LOSS_CHECK_STEPS - 1), ("bf16", 16, 12)]
+    checked = next(r for r in outcome.results if r.config["precision"] == "bf16"
+                   and r.batch_size == 16)
+    assert checked.loss_ok is True and checked.loss_max_rel_error is not None
     store.close()
 
 

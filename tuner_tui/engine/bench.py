@@ -222,12 +222,17 @@ def runnable(configs: list[TuneConfig], caps: Capabilities) -> tuple[list[TuneCo
 
 
 def run_bench(
-    plan: BenchPlan, out: TextIO = sys.stdout, strict: bool = True
+    plan: BenchPlan,
+    out: TextIO = sys.stdout,
+    strict: bool = True,
+    on_result: Callable[[list[protocol.TrialResult], dict, dict], None] | None = None,
 ) -> tuple[list[protocol.TrialResult], dict, dict]:
     """Measure every configuration of the plan. Returns (results, environment, workload).
 
     With strict (configurations the user named), a configuration this machine cannot run is a
     ConfigError before anything runs; otherwise (presets) such rows are skipped with a note.
+    `on_result(results so far, environment, workload)` is called after each row, so that a
+    bench cut short (a timeout, a killed terminal) keeps the rows it measured.
     """
     progress = Progress(out)
     client, ready = start_worker(plan.spec)
@@ -270,6 +275,8 @@ def run_bench(
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
             progress.end(_summary(result))
+            if on_result is not None:
+                on_result(results, ready.environment, workload)
             client.stop()
             if index < total:
                 client, _ = start_worker(plan.spec)

@@ -332,6 +332,14 @@ class History:
     def best(self) -> TrialResult | None:
         return bench.best(self.eligible())
 
+    def fits(self, result: TrialResult) -> bool:
+        """False when the trial ran out of memory, was skipped as over the memory budget, or
+        measured a peak over it; other failures are not a matter of memory."""
+        if result.status in ("oom", "skipped"):
+            return False
+        peak = measured_peak(result)
+        return self.budget_bytes is None or peak is None or peak <= self.budget_bytes
+
 
 def config_key(config: TuneConfig) -> str:
     return canonical_json(config.to_dict())
@@ -355,28 +363,37 @@ class SearchStrategy:
 
 class StagedSearch(SearchStrategy):
     """Greedy in stages from the fp32 eager baseline: each stage varies one option, or a few that
-    interact, around the best configuration so far. Kernels are tried together with compile
-    (they can fight: a fused kernel is opaque to Inductor's own fusion), and checkpointing
-    together with the batch size (the memory it frees can hold a larger batch)."""
+    interact, around the best configuration so far. One stage turns memory into speed: it tries
+    the larger batch sizes, and checkpointing only where a batch size does not fit without it.
+    Kernels are tried together with compile (they can fight: a fused kernel is opaque to
+    Inductor's own fusion)."""
 
+    MEMORY_STAGE = "batch size, checkpointing where memory runs out"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("baseline", ()),
         ("precision", ("precision",)),
         ("attention", ("attention",)),
         ("compile", ("compile_mode", "compile_scope")),
         ("optimizer", ("optimizer",)),
+        # Batch size before kernels: it moves throughput more than any kernel (ANCHORS.md), so a
+        # search cut short by its time budget loses the smaller lever.
+        (MEMORY_STAGE, ("batch_size", "checkpointing")),
         ("kernels x compile", ("fused_kernels", "compile_mode")),
-        ("checkpointing x batch size", ("batch_size", "checkpointing")),
     )
+    CHECKPOINT_COST = ("off", "selective", "every-n", "full")
+    """Checkpointing modes from the least recomputation to the most."""
 
     def __init__(self, space: SearchSpace) -> None:
         super().__init__(space)
         self.stage = 0
         self.round: list[TuneConfig] = []
+        self.round_stage = self.STAGES[0][0]
 
     def candidates(self, stage: int, history: History) -> list[TuneConfig]:
-        _, keys = self.STAGES[stage]
+        name, keys = self.STAGES[stage]
         incumbent = self._incumbent(history)
+        if name == self.MEMORY_STAGE:
+            return self._memory_candidates(incumbent, history)
         axes = []
         for key in keys:
             values = list(self.space.values(key))
@@ -386,13 +403,41 @@ class StagedSearch(SearchStrategy):
             axes.append(values)
         found: list[TuneConfig] = []
         for combo in itertools.product(*axes):
-            try:
-                config = self.space.canonical(incumbent.replace(**dict(zip(keys, combo))))
-            except ConfigError:
-                continue  # a combination the registry's rules refuse
-            if config not in history and config not in found:
+            config = self._variant(incumbent, dict(zip(keys, combo)))
+            if config is not None and config not in history and config not in found:
                 found.append(config)
         return found
+
+    def _memory_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
+        """Per batch size, the next checkpointing mode to try: none first, then, only while the
+        batch does not fit (out of memory, or over the budget by estimate or measurement), the
+        next mode by cost. Checkpointing recomputes activations, so where a batch fits without
+        it, it can only slow the step; its worth is the larger batch it lets fit."""
+        modes = sorted(self.space.values("checkpointing"), key=self._cost)
+        found: list[TuneConfig] = []
+        for batch in self.space.values("batch_size"):
+            for mode in modes:
+                config = self._variant(incumbent, {"batch_size": batch, "checkpointing": mode})
+                if config is None:
+                    continue
+                result = history.get(config)
+                if result is None:
+                    if config not in found:
+                        found.append(config)
+                    break
+                if history.fits(result):
+                    break
+        return found
+
+    def _cost(self, mode: str) -> int:
+        return self.CHECKPOINT_COST.index(mode) if mode in self.CHECKPOINT_COST else len(
+            self.CHECKPOINT_COST)
+
+    def _variant(self, incumbent: TuneConfig, changes: dict) -> TuneConfig | None:
+        try:
+            return self.space.canonical(incumbent.replace(**changes))
+        except ConfigError:
+            return None  # a combination the registry's rules refuse
 
     def _incumbent(self, history: History) -> TuneConfig:
         best = history.best()
@@ -401,9 +446,13 @@ class StagedSearch(SearchStrategy):
     def propose(self, history: History) -> list[TuneConfig]:
         while self.stage < len(self.STAGES):
             found = self.candidates(self.stage, history)
-            self.stage += 1
+            name = self.STAGES[self.stage][0]
+            # The memory stage goes on (one checkpointing mode further per round) until every
+            # batch size fits or has run out of modes; the others take one round.
+            if not found or name != self.MEMORY_STAGE:
+                self.stage += 1
             if found:
-                self.round = found
+                self.round, self.round_stage = found, name
                 return found
         return []
 
@@ -414,7 +463,7 @@ class StagedSearch(SearchStrategy):
         return len(later - {config_key(c) for c in self.round})
 
     def stage_name(self) -> str:
-        return self.STAGES[max(0, self.stage - 1)][0]
+        return self.round_stage
 
 
 # -- the search -----------------------------------------------------------------------------------
@@ -550,7 +599,8 @@ class Search:
         done = self.history.get(config)
         if done is not None:
             return done
-        stored = self.store.lookup(self.workload_key, config.to_dict(), self.plan.steps,
+        steps = self._steps_for(config)
+        stored = self.store.lookup(self.workload_key, config.to_dict(), steps,
                                    self.plan.warmup_steps, self.environment)
         if stored is not None and stored.result.status in REUSABLE:
             self._begin(config)
@@ -571,8 +621,8 @@ class Search:
             self.progress.end(f"skipped: {result.message}")
             return self._decided(config, result, "skipped")
         self._begin(config)
-        result = self._run(config, reference)
-        self.store.record(result, self.environment, self.workload_key, self.plan.steps,
+        result = self._run(config, reference, steps)
+        self.store.record(result, self.environment, self.workload_key, steps,
                           self.plan.warmup_steps)
         self.progress.end(bench._summary(result) + _compile_note(result))
         return self._decided(config, result, "ran")
@@ -594,7 +644,20 @@ class Search:
             self.on_trial(result, how)
         return result
 
-    def _run(self, config: TuneConfig, reference: tuple[float, ...]) -> TrialResult:
+    def _steps_for(self, config: TuneConfig) -> int:
+        """Measured steps for this trial. The fp32 reference of a batch size other than the
+        baseline's is run only for its losses, so it stops once it has the steps the loss check
+        compares (with fp32 eager at a large batch, a full trial would cost tens of seconds)."""
+        start_batch = self.space.start().batch_size
+        if config.batch_size != start_batch and self._is_reference(config):
+            return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
+        return self.plan.steps
+
+    def _is_reference(self, config: TuneConfig) -> bool:
+        plain = self.space.reference(config.batch_size)
+        return config in (plain, plain.replace(checkpointing="full"))
+
+    def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int) -> TrialResult:
         if self._spare is not None:
             client, self._spare = self._spare, None
         else:
@@ -604,7 +667,7 @@ class Search:
                 return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
                                    message=f"the worker did not start: {exc}")
         timeout = min(self.plan.trial_timeout_s, max(self._time_left(), 60.0))
-        plan = bench.BenchPlan(self.spec, [], steps=self.plan.steps,
+        plan = bench.BenchPlan(self.spec, [], steps=steps,
                                warmup_steps=self.plan.warmup_steps, trial_timeout_s=timeout)
         try:
             return self.runner(client, config, plan, reference, self.progress,
