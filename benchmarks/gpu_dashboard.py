@@ -103,6 +103,7 @@ def main() -> int:
 
         # 3. a real OOM
         before = gpu_memory_used(app)
+        measured_rows = [r.result for r in app.session.rows]
         oom = config.replace(batch_size=args.oom_batch, compile_mode="off", fused_kernels=(),
                              checkpointing="off")
         app.apply_in_turn([oom])
@@ -112,6 +113,7 @@ def main() -> int:
         await pilot.pause(3.0)  # a few telemetry samples after the OOM
         after = gpu_memory_used(app)
         checks["oom_row_says_oom"] = oom_row.status == "oom"
+        checks["earlier_rows_unchanged"] = [r.result for r in app.session.rows[:2]] == measured_rows
         checks["oom_message"] = oom_row.message
         checks["oom_worker_lives_on"] = app.reader._source.is_alive()
         checks["gpu_memory_used_before_oom"] = before

@@ -112,6 +112,37 @@ def test_oom_is_reported_and_the_worker_goes_on(worker):
     assert client.is_alive()
 
 
+def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replaces(worker):
+    client, _ = worker(fault_injection="oom-above:8")
+    client.send(P.ApplyConfig({}, measure_steps=2))
+    first, _ = _until(client, P.TrialFinished)
+    assert first.result.status == "ok"
+    # Batch 16 runs out of memory: first its fp32 reference (plain, then fully checkpointed),
+    # which is given up, then the run itself.
+    client.send(P.ApplyConfig({"batch_size": 16}, measure_steps=2))
+    failed, seen = _until(client, (P.RunFailed, P.TrialFinished))
+    assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
+    assert failed.run_id > first.run_id
+    # Steps in flight came from the old run; the failed request measured none.
+    assert {e.run_id for e in seen if isinstance(e, P.StepMeasured)} <= {first.run_id}
+    started = [e for e in seen if isinstance(e, P.RunStarted)]
+    assert [(e.run_id, e.batch_size) for e in started] == [(failed.run_id, 16)]
+    client.send(P.ApplyConfig({}, measure_steps=2))  # and the worker goes on
+    again, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    assert again.result.status == "ok" and again.run_id > failed.run_id
+
+
+def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_refused(worker):
+    # fp32 above batch 8 runs out of memory (with full checkpointing too); bf16 fits.
+    client, _ = worker(fault_injection="oom-above:8:fp32")
+    client.send(P.ApplyConfig({"precision": "bf16", "batch_size": 16}, measure_steps=2))
+    done, seen = _until(client, (P.TrialFinished, P.RunFailed))
+    assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
+    assert done.result.loss_ok is None and done.result.batch_size == 16
+    warnings = [e.text for e in seen if isinstance(e, P.WorkerLog)]
+    assert any("fp32 reference at batch 16 does not fit" in w for w in warnings)
+
+
 def test_diverged_run_is_marked(worker):
     client, _ = worker(workload="tests.engine.user_workloads:exploding")
     client.send(P.RunTrial({}, steps=3, warmup_steps=1))

@@ -173,5 +173,6 @@ def test_a_run_refused_before_it_started_is_a_row_but_a_failed_setup_is_not():
     s.applying({"precision": "fp16"}, "fp16")
     s.apply(protocol.RunFailed(2, "invalid", "precision = fp16 needs a CUDA GPU"), 0.0)
     assert [(r.number, r.result.label, r.result.status) for r in s.rows] == [(1, "fp32", "ok"), (2, "fp16", "invalid")]
+    assert s.worker_state == "idle"  # the worker waits for a command, not "applying" forever
     s.apply(protocol.RunStarted(3, {}, "bf16", 8), 0.0)
     assert s.markers[-1].number == 3

@@ -256,7 +256,9 @@ class Session:
         elif result is not None:
             self._add_row(event.run_id, result)
         self.pending = None
-        if event.run_id == self.run_id or self.run_id is None:
+        # The current run, or a request that failed before it started (the worker numbers a
+        # request before building it): either way the worker now waits for a command.
+        if self.run_id is None or event.run_id >= self.run_id:
             self.worker_state = "idle"
             self.compile_started_at = None
         self.logs.append(("error", f"{event.kind}: {event.message}"))

@@ -111,12 +111,16 @@ class Worker:
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
 
     def _build(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
-        self.run_id += 1
+        """The trainer of run `self.run_id` (the caller numbered it), built; RunStarted sent."""
         config = TuneConfig.from_dict(config_dict)
         config.check_runnable(self.caps)
         trainer = self._trainer(config, warmup, reference)
         self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
-        if self._inject_oom(trainer.batch_size):
+        self._build_trainer(trainer)
+        return trainer
+
+    def _build_trainer(self, trainer) -> None:
+        if self._inject_oom(trainer.batch_size, trainer.config.precision):
             import torch
 
             raise torch.OutOfMemoryError(
@@ -124,12 +128,12 @@ class Worker:
                 "0 bytes of which 0 bytes is free. (injected by WorkerSpec.fault_injection)"
             )
         trainer.build()
-        return trainer
 
-    def _inject_oom(self, batch_size: int) -> bool:
+    def _inject_oom(self, batch_size: int, precision: str) -> bool:
         fault = self.spec.fault_injection or ""
         if fault.startswith("oom-above:"):
-            return batch_size > int(fault.partition(":")[2])
+            _, limit, only = (fault.split(":") + [""])[:3]
+            return batch_size > int(limit) and only in ("", precision)
         return fault == "oom"
 
     def _emit_records(self, trainer, records) -> None:
@@ -159,27 +163,40 @@ class Worker:
     # -- the reference losses ------------------------------------------------------------------
     def reference(self, config: TuneConfig) -> tuple[float, ...]:
         """Losses of the fp32 eager configuration over the first steps, for this batch size and
-        gradient clipping (both change the losses)."""
-        from tuner_tui.engine.trial import LOSS_CHECK_STEPS
+        gradient clipping (both change the losses). Where plain fp32 runs out of memory, the
+        same with full checkpointing (which recomputes but computes the same losses); where
+        that does too, () and the run's loss goes unchecked: a reference that does not fit must
+        not stop a configuration that would."""
+        from tuner_tui.engine.trial import LOSS_CHECK_STEPS, classify
 
         batch_size = config.batch_size or self.workload.default_batch_size
         key = (batch_size, config.grad_clip)
-        if key not in self.references:
-            reference = TuneConfig.reference(batch_size).replace(grad_clip=config.grad_clip)
+        if key in self.references:
+            return self.references[key]
+        plain = TuneConfig.reference(batch_size).replace(grad_clip=config.grad_clip)
+        for reference in (plain, plain.replace(checkpointing="full")):
             trainer = self._trainer(reference, warmup=LOSS_CHECK_STEPS, reference=())
             try:
-                trainer.build()
+                self._build_trainer(trainer)
                 for _ in range(LOSS_CHECK_STEPS):
                     trainer.step()
                 trainer.finish()
                 self.references[key] = tuple(r.loss for r in trainer.records)
+                return self.references[key]
+            except Exception as exc:
+                if classify(exc) != "oom":
+                    raise
             finally:
                 trainer.close()
-        return self.references[key]
+        self.emit(protocol.WorkerLog(
+            "warning", f"the fp32 reference at batch {batch_size} does not fit in memory, even "
+            "with full checkpointing: the loss of this run goes unchecked"))
+        return ()
 
     # -- commands ------------------------------------------------------------------------------
     def run_trial(self, cmd: protocol.RunTrial) -> None:
         trainer = None
+        self.run_id += 1
         try:
             self.stop_live()
             trainer = self._build(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
@@ -224,6 +241,9 @@ class Worker:
     def apply_config(self, cmd: protocol.ApplyConfig) -> None:
         self.stop_live()
         trainer = None
+        # Numbered first: a failure from here on (the fp32 reference included) belongs to this
+        # request, never to the run it replaces, whose measured row must stay as it was.
+        self.run_id += 1
         try:
             reference = self.reference(TuneConfig.from_dict(cmd.config))
             trainer = self._build(cmd.config, 5, reference)

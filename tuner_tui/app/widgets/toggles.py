@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.text import Text
 from textual import on
+from textual.css.query import NoMatches
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -261,7 +262,10 @@ class TogglesPanel(Widget):
     def _mark_changes(self) -> None:
         applied = dict(self.applied.values)
         for key, option in OPTIONS.items():
-            row = self.query_one(f"#row-{key}")
+            try:
+                row = self.query_one(f"#row-{key}")
+            except NoMatches:
+                return  # a worker event that arrived while the app shuts down: rows are gone
             try:
                 value = self.read_value(option)
             except ConfigError:
