@@ -353,3 +353,83 @@ def test_compile_cache_is_shared_under_the_home_unless_the_user_set_one(home, mo
     assert search.compile_cache_environ()["TORCHINDUCTOR_CACHE_DIR"] == str(home / "inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     assert "TORCHINDUCTOR_CACHE_DIR" not in search.compile_cache_environ()
+
+
+def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_climb():
+    fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
+             "optimizer": "fused", "fused_kernels": ()}
+    space = default_space(GPU, 16, fixed=fixed)
+    assert space.values("batch_size") == (0, 32, 64) and space.grow_batch
+    # Throughput per batch: rising to 256, then flat; 512 runs out of memory unless
+    # checkpointed, and 1024 is never reached (the gain stopped).
+    speed = {16: 100, 32: 110, 64: 120, 128: 130, 256: 134, 512: 134.5}
+    strategy, history = StagedSearch(space), History(space, budget_bytes=2**40)
+    tried = []
+    while batch := strategy.propose(history):
+        for c in batch:
+            n = c.batch_size or 16
+            tried.append((n, c.checkpointing))
+            if n >= 512 and c.checkpointing == "off":
+                history.add(c, _row(status="oom", **c.to_dict()))
+            else:
+                history.add(c, _row(speed[n] * (0.95 if c.checkpointing != "off" else 1),
+                                    n * MiB, **c.to_dict()))
+    assert tried == [(16, "off"), (32, "off"), (64, "off"), (128, "off"), (256, "off"),
+                     (512, "off"), (512, "selective")]
+    assert history.best().config["batch_size"] == 256
+    # A grown batch lies in the space (it can be recommended); an arbitrary one does not.
+    assert space.contains(TuneConfig.from_dict({**fixed, "batch_size": 256}))
+    assert not space.contains(TuneConfig.from_dict({**fixed, "batch_size": 96}))
+    # Batch sizes the user lists are the whole set.
+    listed = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2")})
+    assert not listed.grow_batch
+
+
+def test_the_batch_size_does_not_climb_when_the_largest_did_not_pay():
+    fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
+             "optimizer": "fused", "fused_kernels": ()}
+    space = default_space(GPU, 16, fixed=fixed)
+    strategy, history = StagedSearch(space), History(space, budget_bytes=2**40)
+    speed = {16: 100, 32: 105, 64: 106}  # 64 beat 32 by 1%: below the 2% that pays a climb
+    tried = []
+    while batch := strategy.propose(history):
+        for c in batch:
+            n = c.batch_size or 16
+            tried.append(n)
+            history.add(c, _row(speed[n], n * MiB, **c.to_dict()))
+    assert tried == [16, 32, 64]
+
+
+def test_an_unmeasured_checkpointing_saving_does_not_keep_the_checkpointed_reference_from_running(
+    home
+):
+    """The fp32 reference at batch 16 is over the budget by estimate; the fully checkpointed one
+    has no measured saving to estimate from, so it is tried rather than leaving the loss
+    unchecked. The runner here stands in for the worker so that the peaks are exact."""
+    MiB_per_sample = {("fp32", "off"): 4, ("fp32", "full"): 1, ("bf16", "off"): 2}
+    sent = []
+
+    def runner(client, config, plan, reference, progress, **kw):
+        batch = config.batch_size or 8
+        sent.append((config.precision, config.checkpointing, batch))
+        losses = tuple(5.0 - 0.1 * i for i in range(plan.warmup_steps + plan.steps))
+        ok = bool(reference) and all(abs(a - b) <= 1e-6 for a, b in zip(reference, losses))
+        return TrialResult(
+            config=config.to_dict(), label=config.label(), status="ok", tokens_per_s=100.0 * batch,
+            step_ms=1.0, batch_size=batch,
+            peak_memory_bytes=MiB_per_sample[(config.precision, config.checkpointing)] * batch * MiB,
+            losses=losses, loss_ok=ok if reference else None,
+            loss_max_rel_error=0.0 if reference else None, loss_tolerance=0.03,
+        )
+
+    store = ResultStore(home / "results.sqlite3")
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu")
+    plan = SearchPlan(spec, steps=2, warmup_steps=1, max_memory_bytes=50 * MiB,
+                      fixed={"precision": "bf16", "attention": "manual", "compile_mode": "off",
+                             "optimizer": "plain", "fused_kernels": ()},
+                      choices={"batch_size": ("x1", "x2")})
+    outcome = Search(plan, store, out=io.StringIO(), runner=runner).run()
+    assert sent == [("fp32", "off", 8), ("bf16", "off", 8), ("fp32", "full", 16), ("bf16", "off", 16)]
+    best = outcome.recommendation
+    assert best.batch_size == 16 and best.loss_ok is True
+    store.close()

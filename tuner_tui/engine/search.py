@@ -76,6 +76,9 @@ class SearchSpace:
 
     choices: tuple[tuple[str, tuple], ...]
     fixed: tuple[tuple[str, Any], ...] = ()
+    grow_batch: bool = False
+    """Try batch sizes beyond the largest candidate while they keep paying (the default batch
+    choices only: batch sizes the user listed are taken as the whole set)."""
 
     def values(self, key: str) -> tuple:
         found = dict(self.choices).get(key)
@@ -109,9 +112,18 @@ class SearchSpace:
     def contains(self, config: TuneConfig) -> bool:
         canonical = self.canonical(config)
         return canonical == config and all(
-            _plain(config[key]) in [_plain(v) for v in self.values(key)] for key in OPTIONS
+            _plain(config[key]) in [_plain(v) for v in self.values(key)] or self._grown(key, config[key])
+            for key in OPTIONS
             if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every")
         ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
+
+    def _grown(self, key: str, value: Any) -> bool:
+        """A batch size that the search may reach by doubling the largest candidate."""
+        if key != "batch_size" or not self.grow_batch:
+            return False
+        top = max(self.values("batch_size"))
+        ratio = value / top if top else 0
+        return ratio > 1 and ratio.is_integer() and (int(ratio) & (int(ratio) - 1)) == 0
 
     def reference(self, batch_size: int) -> TuneConfig:
         """The fp32 eager configuration that every configuration of this batch size is checked
@@ -173,7 +185,8 @@ def default_space(
     modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
     if modes == ("off",):  # a compile scope changes nothing without compile
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
-    return SearchSpace(tuple(kept), tuple(fixed.items()))
+    grow = "batch_size" in dict(kept) and "batch_size" not in (choices or {})
+    return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow)
 
 
 def _batch_value(value: Any, default_batch: int) -> int:
@@ -277,6 +290,18 @@ def estimate_peak(
         near_config.checkpointing, known, batch
     )
     return int(per_sample * ratio * batch(config))
+
+
+def _measured_checkpoint_ratio(mode: str, history: "History") -> bool:
+    """Whether a trial with `mode` and its twin without checkpointing were both measured."""
+    known = [(TuneConfig.from_dict(r.config), r) for r in history.all() if measured_peak(r)]
+    return any(
+        c.checkpointing == mode and any(
+            o.checkpointing == "off" and o.replace(
+                batch_size=c.batch_size, checkpointing=mode, checkpoint_every=c.checkpoint_every
+            ) == c for o, _ in known
+        ) for c, _ in known
+    )
 
 
 def _checkpoint_ratio(mode: str, known, batch) -> float:
@@ -415,7 +440,7 @@ class StagedSearch(SearchStrategy):
         it, it can only slow the step; its worth is the larger batch it lets fit."""
         modes = sorted(self.space.values("checkpointing"), key=self._cost)
         found: list[TuneConfig] = []
-        for batch in self.space.values("batch_size"):
+        for batch in self._batch_sizes(history):
             for mode in modes:
                 config = self._variant(incumbent, {"batch_size": batch, "checkpointing": mode})
                 if config is None:
@@ -428,6 +453,31 @@ class StagedSearch(SearchStrategy):
                 if history.fits(result):
                     break
         return found
+
+    GROW_MIN_GAIN = 0.02
+    """A larger batch is tried only while the largest so far beat the smaller ones by this."""
+    GROW_MAX_DOUBLINGS = 3
+
+    def _batch_sizes(self, history: History) -> list[int]:
+        """The space's batch sizes, then doublings of the largest while the largest is the best
+        configuration so far and beat the best smaller batch by GROW_MIN_GAIN: on a large GPU
+        the fastest batch may lie beyond the default candidates (memory, not a fixed list,
+        should end the climb; OOM and the budget estimate do)."""
+        batches = list(self.space.values("batch_size"))
+        if not self.space.grow_batch or not any(batches):
+            return batches
+        best = history.best()
+        for _ in range(self.GROW_MAX_DOUBLINGS):
+            largest = max(batches)
+            if best is None or best.config["batch_size"] < largest:
+                break
+            if best.config["batch_size"] == largest:
+                smaller = [r.tokens_per_s for r in history.eligible()
+                           if r.config["batch_size"] != largest]
+                if smaller and best.tokens_per_s < max(smaller) * (1 + self.GROW_MIN_GAIN):
+                    break
+            batches.append(largest * 2)  # (already measured when the best lies beyond)
+        return batches
 
     def _cost(self, mode: str) -> int:
         return self.CHECKPOINT_COST.index(mode) if mode in self.CHECKPOINT_COST else len(
@@ -593,7 +643,7 @@ class Search:
             return math.inf
         return self.plan.budget_s - (time.monotonic() - self.started)
 
-    def evaluate(self, config: TuneConfig) -> TrialResult:
+    def evaluate(self, config: TuneConfig, use_estimate: bool = True) -> TrialResult:
         """Decide one configuration: reuse it from this search or the store, skip it by the
         memory estimate, or run it in a fresh worker."""
         done = self.history.get(config)
@@ -608,9 +658,9 @@ class Search:
                 "skipped as measured (in the store): " + bench._summary(stored.result)
             )
             return self._decided(config, stored.result, "reused")
-        reference = self._reference_for(config)
+        # The estimate first: a configuration that will not run needs no reference either.
         estimate = estimate_peak(config, self.history.all(), self.default_batch)
-        if estimate is not None and estimate > self.budget_bytes:
+        if use_estimate and estimate is not None and estimate > self.budget_bytes:
             result = TrialResult(
                 config=config.to_dict(), label=config.label(), status="skipped",
                 workload=self.workload["name"], device=self.caps.device,
@@ -620,6 +670,7 @@ class Search:
             self._begin(config)
             self.progress.end(f"skipped: {result.message}")
             return self._decided(config, result, "skipped")
+        reference = self._reference_for(config)
         self._begin(config)
         result = self._run(config, reference, steps)
         self.store.record(result, self.environment, self.workload_key, steps,
@@ -697,10 +748,14 @@ class Search:
                 return ()
             result = self.history.get(reference)
             if result is None:
+                # Checkpointing's saving is estimated from measured pairs; with none measured the
+                # estimate assumes no saving, so the checkpointed reference is tried instead (an
+                # OOM costs one short trial; an unchecked loss would cost the correctness gate).
+                trust = reference == plain or _measured_checkpoint_ratio("full", self.history)
                 estimate = estimate_peak(reference, self.history.all(), self.default_batch)
-                if estimate is not None and estimate > self.budget_bytes:
+                if trust and estimate is not None and estimate > self.budget_bytes:
                     continue
-                result = self.evaluate(reference)
+                result = self.evaluate(reference, use_estimate=trust)
             if result.status == "ok" and result.losses:
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
         return ()
