@@ -6,8 +6,9 @@
 
 On a GPU the Llama example has the shape of Llama 3.2 1B; on the CPU a tiny one. gputune's
 strategies recognise what they can in these models: the decoder layers as blocks
-(checkpointing, per-block compile), LlamaRMSNorm and nn.LayerNorm for the fused norms; the
-report says what was left (GPT-2's NewGELUActivation, Llama's SiLUActivation inside its MLP).
+(checkpointing, per-block compile), LlamaRMSNorm and nn.LayerNorm for the fused norms, GPT-2's
+NewGELUActivation for the tanh-GELU kernel and Llama's gated MLP for the SwiGLU kernel; the loss
+stays Hugging Face's own (computed inside the model from `labels`), and the report says so.
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 Recognised on any model: `nn.LayerNorm`, `nn.RMSNorm` and RMSNorm-like modules (a `weight`
 and an `eps` or `variance_epsilon`, class name ending in RMSNorm, such as Hugging Face's
-LlamaRMSNorm), `nn.GELU(approximate="tanh")`, and any module carrying a `gputune_kernel`
-attribute that names a kernel (gputune's built-in models mark their causal softmax, SwiGLU
-product and LM-head loss this way). Parameters are shared with the replaced module, so an
-optimizer built before or after the swap sees the same tensors.
+LlamaRMSNorm), `nn.GELU(approximate="tanh")` and Hugging Face's tanh-GELU modules
+(NewGELUActivation, PytorchGELUTanh, GELUTanh), gated MLPs with `gate_proj`, `up_proj`,
+`down_proj` and a SiLU `act_fn` (Llama, Mistral, Qwen and others in Hugging Face's library),
+and any module carrying a `gputune_kernel` attribute that names a kernel (gputune's built-in
+models mark their causal softmax, SwiGLU product and LM-head loss this way). Parameters are
+shared with the replaced module, so an optimizer built before or after the swap sees the same
+tensors.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ class FusedSiluMul(nn.Module):
         return kernels.swiglu(gate, up)
 
 
+class FusedGatedMLP(nn.Module):
+    """down_proj(silu(gate_proj(x)) * up_proj(x)) with the product as one kernel; the three
+    projections are the replaced MLP's own modules."""
+
+    def __init__(self, source: nn.Module) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = source.gate_proj, source.up_proj, source.down_proj
+
+    def forward(self, x):
+        import kernels
+
+        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
 class FusedCausalSoftmax(nn.Module):
     def forward(self, scores, scale):
         import kernels
@@ -91,6 +108,32 @@ def _is_rms_norm(m: nn.Module) -> bool:
     )
 
 
+# Hugging Face's modules that compute GELU with the tanh approximation.
+_TANH_GELU_NAMES = frozenset({"NewGELUActivation", "PytorchGELUTanh", "GELUTanh"})
+
+
+def _is_tanh_gelu(m: nn.Module) -> bool:
+    if isinstance(m, nn.GELU):
+        return m.approximate == "tanh"
+    return type(m).__name__ in _TANH_GELU_NAMES
+
+
+def _is_silu(m: nn.Module) -> bool:
+    return isinstance(m, nn.SiLU) or type(m).__name__ in ("SiLUActivation", "SiLU")
+
+
+def _is_gated_silu_mlp(m: nn.Module) -> bool:
+    """An MLP computing down_proj(act_fn(gate_proj(x)) * up_proj(x)) with SiLU, by its parts'
+    names, as Hugging Face's Llama-family MLPs are written (their forward is not inspected: a
+    module with these parts and another forward would be misread, hence the exact names)."""
+    parts = [getattr(m, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    return (
+        all(isinstance(p, nn.Linear) for p in parts)
+        and _is_silu(getattr(m, "act_fn", None) or nn.Identity())
+        and type(m).__name__.endswith("MLP")
+    )
+
+
 def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module] | None:
     """The (kernel name, new module) for `module`, or None to leave it."""
     marker = getattr(type(module), "gputune_kernel", None)
@@ -107,8 +150,10 @@ def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module
         return "layer_norm", FusedLayerNorm(module)
     if "rms_norm" in chosen and _is_rms_norm(module):
         return "rms_norm", FusedRMSNorm(module)
-    if isinstance(module, nn.GELU) and module.approximate == "tanh" and "gelu" in chosen:
+    if "gelu" in chosen and _is_tanh_gelu(module):
         return "gelu", FusedGeluTanh()
+    if "swiglu" in chosen and _is_gated_silu_mlp(module):
+        return "swiglu", FusedGatedMLP(module)
     return None
 
 
@@ -160,7 +205,8 @@ _LOOKS_FUSABLE = ("Norm", "GELU", "Activation", "SiLU", "Softmax")
 
 def unswapped_candidates(model: nn.Module) -> dict[str, int]:
     left: dict[str, int] = {}
-    ours = (FusedLayerNorm, FusedRMSNorm, FusedGeluTanh, FusedSiluMul, FusedCausalSoftmax)
+    ours = (FusedLayerNorm, FusedRMSNorm, FusedGeluTanh, FusedSiluMul, FusedCausalSoftmax,
+            FusedGatedMLP)
     for m in model.modules():
         name = type(m).__name__
         if not isinstance(m, ours) and name.endswith(_LOOKS_FUSABLE):

@@ -1,7 +1,6 @@
 """Strategies on models that are not ours: Hugging Face causal LMs built from a config, a
 convolutional network, a plain MLP (the workloads in examples/)."""
 
-import os
 
 import pytest
 import torch
@@ -61,9 +60,10 @@ def interpreted_kernels(monkeypatch):
 @pytest.mark.parametrize(
     "factory, swapped, left",
     [
-        (hf_causal_lm.llama, {"rms_norm": 5, "layer_norm": 0, "gelu": 0}, {"SiLUActivation": 2}),
-        (hf_causal_lm.gpt2, {"rms_norm": 0, "layer_norm": 5, "gelu": 0}, {"NewGELUActivation": 2}),
-        (plain_model.mlp, {"rms_norm": 0, "layer_norm": 6, "gelu": 6}, {}),
+        # Llama's gated MLPs by their parts, GPT-2's NewGELUActivation by name.
+        (hf_causal_lm.llama, {"rms_norm": 5, "layer_norm": 0, "gelu": 0, "swiglu": 2}, {}),
+        (hf_causal_lm.gpt2, {"rms_norm": 0, "layer_norm": 5, "gelu": 2, "swiglu": 0}, {}),
+        (plain_model.mlp, {"rms_norm": 0, "layer_norm": 6, "gelu": 6, "swiglu": 0}, {}),
     ],
 )
 def test_kernel_swap_reports_what_it_swapped_and_what_it_left(interpreted_kernels, factory,
@@ -72,11 +72,32 @@ def test_kernel_swap_reports_what_it_swapped_and_what_it_left(interpreted_kernel
     # One step each: the Triton interpreter is slow, and one step's loss already compares the
     # swapped forward pass with the reference's.
     ref = tuple(r.loss for r in _trainer(w, {}, steps=1).records)
-    t = _trainer(w, {"fused_kernels": ["layer_norm", "rms_norm", "gelu"]}, steps=1, reference=ref)
+    t = _trainer(w, {"fused_kernels": ["layer_norm", "rms_norm", "gelu", "swiglu"]}, steps=1,
+                 reference=ref)
     assert t.report["fused_kernels"] == swapped
     assert t.report["fused_kernels_left"] == left
     ok, worst, _ = t.loss_check()
     assert ok, worst
+
+
+def test_only_gated_silu_mlps_are_taken_for_swiglu():
+    from torch import nn
+
+    from strategies.fused_kernels import FusedGatedMLP, replacement_for
+
+    class LlamaLikeMLP(nn.Module):
+        def __init__(self, act):
+            super().__init__()
+            self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(4, 8), nn.Linear(4, 8),
+                                                            nn.Linear(8, 4))
+            self.act_fn = act
+
+    mlp = LlamaLikeMLP(nn.SiLU())
+    found = replacement_for(mlp, {"swiglu"})
+    assert found is not None and found[0] == "swiglu" and isinstance(found[1], FusedGatedMLP)
+    assert found[1].down_proj is mlp.down_proj  # the same parameters, not copies
+    assert replacement_for(LlamaLikeMLP(nn.GELU()), {"swiglu"}) is None  # GeGLU: not ours
+    assert replacement_for(LlamaLikeMLP(nn.SiLU()), {"rms_norm"}) is None  # not asked for
 
 
 def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
