@@ -63,6 +63,27 @@ async def test_start_config_runs_after_the_baseline_and_is_compared_with_it():
 
 
 @async_test
+async def test_the_options_follow_a_run_the_user_did_not_edit_and_keep_edits_they_did():
+    start = TuneConfig().replace(precision="bf16", attention="sdpa")
+    app, workers = make_app(start)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        # The start configuration was applied by the app, not typed: the panel shows it.
+        assert app.query_one("#opt-precision", Select).value == "bf16"
+        assert app.query_one("#opt-attention", Select).value == "sdpa"
+        # An edit not applied yet survives a run started by something else.
+        app.query_one("#opt-optimizer", Select).value = "foreach"
+        await pilot.pause()
+        app.apply_in_turn([TuneConfig()])
+        await wait_for(pilot, lambda: len(app.session.rows) == 3)
+        assert app.query_one("#opt-optimizer", Select).value == "foreach"
+        assert app.query_one("#opt-precision", Select).value == "bf16"
+        assert app.toggles.applied == TuneConfig()
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not workers[0].alive)
+
+
+@async_test
 async def test_toggling_an_option_and_applying_reaches_the_worker():
     app, workers = make_app()
     async with app.run_test(size=SIZE) as pilot:

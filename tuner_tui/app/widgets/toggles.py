@@ -256,8 +256,18 @@ class TogglesPanel(Widget):
         self._mark_changes()
 
     def mark_applied(self, config: TuneConfig) -> None:
-        self.applied = config
-        self._mark_changes()
+        """A run of `config` started. The widgets follow it unless the user has edits that are
+        not applied yet (a run started by the search, a re-applied row or a restart would
+        otherwise leave the panel showing the previous configuration)."""
+        try:
+            untouched = self.draft() == self.applied
+        except ConfigError:
+            untouched = False  # a half-typed number: keep the user's edit
+        if untouched:
+            self.set_config(config)
+        else:
+            self.applied = config
+            self._mark_changes()
 
     def _mark_changes(self) -> None:
         applied = dict(self.applied.values)
