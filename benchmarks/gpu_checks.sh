@@ -5,16 +5,19 @@
 #   engine    the bench ladder on gpt2-124m (issue 2); the dashboard on its best row beside
 #             `gputune bench` of the same, a screenshot, a real OOM and a worker kill (4, 6);
 #             NVML telemetry                                                       ~8 min
-#   tune      the anchor's configuration, then `gputune tune` on gpt2-124m (issue 5) ~9 min
+#   tune      `gputune tune` on gpt2-124m, the anchor's configuration measured in it (5) ~9.5 min
+#   faults    the dashboard on the GPU: throughput beside bench, screenshot, a real OOM and a
+#             worker kill (issues 4 and 6)                                         ~3 min
 #   llama     llama-1b: a search over compile x kernels (issues 3 and 5), then a Hugging Face
 #             Llama of ~1B parameters: eager, kernels, compile, both (issue 7)     ~9 min
+#   hf        the Hugging Face Llama: eager, kernels, compile, both, then a search (issue 7) ~9 min
 #   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|llama|kernels) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|llama|kernels" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|kernels) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|kernels" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -30,15 +33,31 @@ case "${1:-}" in
       --json "$OUT/bench-beside-dashboard.json" 2>&1 | tail -5
     python3 -m tuner_tui.engine.telemetry > "$OUT/telemetry-h200.json" 2>&1 ;;
   tune)
-    # One Inductor cache and one result store for the anchor's run and the search.
-    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
-    gputune bench --workload gpt2-124m --device cuda --config benchmarks/configs/gpt2-compile-fused.toml \
-      --json "$OUT/bench-anchor-config.json" 2>&1 | tail -4
+    # The anchor's configuration is measured inside the search (--compare), in the same run.
+    export GPUTUNE_HOME=/tmp/gputune-home
     start=$(date +%s)
-    gputune tune --workload gpt2-124m --device cuda --budget-minutes "${TUNE_MINUTES:-7}" \
+    gputune tune --workload gpt2-124m --device cuda --budget-minutes "${TUNE_MINUTES:-8.5}" \
+      --compare benchmarks/configs/gpt2-compile-fused.toml \
       --out "$OUT/tune-gpt2-124m.toml" --json "$OUT/tune-gpt2-124m.json" > "$OUT/tune-gpt2-124m.log" 2>&1
     echo "tune wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-gpt2-124m.log"
     grep -v "^\[" "$OUT/tune-gpt2-124m.log" | tail -40 ;;
+  faults)
+    # The dashboard on the GPU: its throughput beside bench, a screenshot, a real OOM, a SIGKILL.
+    python3 benchmarks/gpu_dashboard.py --config benchmarks/configs/gpt2-cudagraphs-fused.toml \
+      --svg "$OUT/dashboard-h200.svg" --json "$OUT/dashboard-h200.json" 2>"$OUT/dashboard-stderr.txt"
+    gputune bench --workload gpt2-124m --device cuda --config benchmarks/configs/gpt2-cudagraphs-fused.toml \
+      --json "$OUT/bench-beside-dashboard.json" 2>&1 | tail -4 ;;
+  hf)
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
+    # Eager, kernels, compile, both at the example's batch, then the search from there.
+    python3 -m tuner_tui.cli bench --workload examples.hf_causal_lm:llama --device cuda \
+      --preset kernels --steps 10 --json "$OUT/bench-hf-llama-1b-kernels.json" > "$OUT/bench-hf-llama.log" 2>&1
+    tail -9 "$OUT/bench-hf-llama.log"
+    gputune tune --workload examples.hf_causal_lm:llama --device cuda --budget-minutes "${HF_MINUTES:-5}" \
+      --set precision=bf16 --set attention=sdpa --set optimizer=fused --set compile_scope=model \
+      --search compile_mode=off,default --search fused_kernels=none,rms_norm+swiglu \
+      --out /tmp/tune-hf.toml --json "$OUT/tune-hf-llama-1b.json" > "$OUT/tune-hf-llama-1b.log" 2>&1
+    grep -v "^\[" "$OUT/tune-hf-llama-1b.log" | tail -25 ;;
   llama)
     export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
     # bf16, SDPA, fused AdamW and the batch held; compile x kernels searched: the single-family

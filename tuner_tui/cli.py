@@ -100,6 +100,10 @@ def add_tune_parser(sub) -> None:
                       help="the values to try for an option (repeatable); set values join with "
                            "'+', e.g. fused_kernels=none,layer_norm+gelu; batch sizes may be "
                            "multiples of the default, e.g. batch_size=x1,x2,x4")
+    tune.add_argument("--compare", metavar="FILE", action="append", default=[],
+                      help="an exported configuration to measure first, side by side, such as "
+                           "the one you train with now (repeatable); the report gives the "
+                           "recommendation's speed against it")
     tune.add_argument("--max-memory", metavar="SIZE", help="memory budget, e.g. 40GiB: trials "
                       "estimated to need more are skipped (default: the GPU's memory; on the "
                       "CPU, the available RAM)")
@@ -244,7 +248,7 @@ def cmd_tune(args) -> int:
     plan = search.SearchPlan(
         worker_spec(args), steps=args.steps, warmup_steps=args.warmup, max_memory_bytes=max_memory,
         budget_s=args.budget_minutes * 60 or None, trial_timeout_s=args.trial_timeout,
-        fixed=overrides, choices=choices,
+        fixed=overrides, choices=choices, compare=[read(path).config for path in args.compare],
     )
     try:
         store = ResultStore(args.store)

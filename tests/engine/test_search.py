@@ -310,7 +310,11 @@ def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
 
 def test_tune_command_end_to_end(gputune, home, tmp_path):
     out, js = tmp_path / "best.toml", tmp_path / "tune.json"
+    # The configuration "I train with now", measured in the same run as the search.
+    current = tmp_path / "current.toml"
+    current.write_text('[config]\noptimizer = "foreach"\n')
     args = ["tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2", "--warmup", "1",
+            "--compare", str(current),
             "--search", "precision=fp32,bf16", "--set", "compile_mode=off",
             "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
             "--set", "attention=manual", "--set", "fused_kernels=",
@@ -320,7 +324,12 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Pareto front" in proc.stdout and "Recommended:" in proc.stdout
     doc = json.loads(js.read_text())
-    assert doc["tool"] == "gputune tune" and len(doc["results"]) == 2
+    assert doc["tool"] == "gputune tune" and len(doc["results"]) == 3
+    [compared] = doc["compared"]
+    assert compared["label"] == "fp32 + foreach AdamW" and compared["status"] == "ok"
+    assert compared["recommendation_speedup"] == pytest.approx(
+        doc["recommendation"]["tokens_per_s"] / compared["tokens_per_s"])
+    assert "fp32 + foreach AdamW (--compare, same run)" in doc["reason"]
     assert doc["memory_budget_bytes"] == 8 * 2**30
     import tomllib
 
@@ -328,7 +337,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     assert exported["measured"]["reason"].startswith("fastest of 2 configurations")
     assert exported["config"] == doc["recommendation"]["config"]
     proc2 = gputune(*args)
-    assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") == 2
+    assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") == 3
 
 
 @pytest.mark.parametrize("args, message", [
@@ -341,6 +350,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     (["--out", "x.yaml"], "unknown file format 'yaml'"),
     (["--out", "/no/such/folder/g.toml"], "its folder does not exist"),
     (["--set", "precision=bf16", "--search", "precision=fp32"], "both name one option"),
+    (["--compare", "/no/such.toml"], "configuration file /no/such.toml does not exist"),
 ])
 def test_tune_bad_input_is_one_line_and_exit_2(gputune, args, message):
     proc = gputune("tune", "--device", "cpu", *args, timeout=60)

@@ -533,6 +533,9 @@ class SearchPlan:
     """Options held at one value (`--set`)."""
     choices: dict = field(default_factory=dict)
     """Candidate values replacing the default ones per option (`--search`)."""
+    compare: list = field(default_factory=list)
+    """Configurations (TuneConfig) measured first, side by side with the search, such as the
+    one the user trains with now; the report gives the recommendation's speed against each."""
     early_stop_ratio: float = 1.5
     """A trial whose throughput after a few steps is below the best's divided by this stops."""
     early_stop_after: int = 3
@@ -558,6 +561,8 @@ class SearchOutcome:
     skipped: int = 0
     out_of_time: bool = False
     elapsed_s: float = 0.0
+    compared: list[TrialResult] = field(default_factory=list)
+    """The results of `SearchPlan.compare`, in its order."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and _is_fp32_eager(r)), None)
@@ -620,6 +625,9 @@ class Search:
                   f"(memory budget {gib(self.budget_bytes)}"
                   + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
                   + ")", file=self.out, flush=True)
+            for config in self.plan.compare:
+                config.check_runnable(self.caps)
+            self.compared = [self.evaluate(self.space.canonical(c)) for c in self.plan.compare]
             while not self.out_of_time:
                 round_ = self.strategy.propose(self.history)
                 if not round_:
@@ -774,6 +782,7 @@ class Search:
             workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
             out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
+            compared=list(getattr(self, "compared", [])),
         )
         outcome.reason = explain(outcome)
         return outcome
@@ -849,6 +858,10 @@ def explain(outcome: SearchOutcome) -> str:
     base = outcome.baseline()
     if base is not None and base is not top:
         parts.append(f"{top.tokens_per_s / base.tokens_per_s:.2f}x the fp32 eager baseline")
+    for other in outcome.compared:
+        if other is not top and other.status == "ok" and other.tokens_per_s:
+            parts.append(f"{top.tokens_per_s / other.tokens_per_s:.2f}x {other.label} "
+                         "(--compare, same run)")
     runner_up = next((r for r in eligible if r is not top), None)
     if runner_up is not None:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
@@ -888,6 +901,12 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome, plan: SearchPlan
         "pareto_front": [r.label for r in outcome.front],
         "recommendation": outcome.recommendation.to_dict() if outcome.recommendation else None,
         "reason": outcome.reason,
+        "compared": [
+            dict(r.to_dict(), recommendation_speedup=(
+                outcome.recommendation.tokens_per_s / r.tokens_per_s
+                if outcome.recommendation and r.tokens_per_s else None))
+            for r in outcome.compared
+        ],
         "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
     }
     tmp = Path(f"{path}.tmp")
