@@ -74,5 +74,7 @@ case "${1:-}" in
     tail -12 "$OUT/bench-hf-llama.log" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
-    python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" 2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
+    # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).
+    python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
+      2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
 esac
