@@ -192,3 +192,47 @@ def test_recompiles_past_the_limit_are_reported(worker):
     done, events = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     logs = [e.text for e in events if isinstance(e, P.WorkerLog)]
     assert any("recompile" in t.lower() and "limit" in t.lower() for t in logs), logs
+
+
+def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_timed():
+    from tuner_tui.engine import bench
+
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu")
+    current, _ = bench.start_worker(spec)
+    next_worker = bench.NextWorker(spec)
+    try:
+        next_worker.begin(current)
+        current.send(P.RunTrial({}, steps=3, warmup_steps=2))
+        measured_while_starting = []
+        while True:
+            event = current.wait_event(120)
+            assert event is not None, "no event within 120 s"
+            if isinstance(event, P.StepMeasured) and event.step >= 2:
+                measured_while_starting.append(not next_worker.is_ready())
+            if isinstance(event, (P.TrialFinished, P.RunFailed)):
+                break
+        assert isinstance(event, P.TrialFinished) and event.result.status == "ok"
+        assert measured_while_starting == [False, False, False]
+        client, ready = next_worker.take()
+        assert client.is_alive() and ready.pid == client.pid != current.pid
+        client.stop()
+    finally:
+        current.stop()
+        next_worker.close()
+
+
+def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
+    from tuner_tui.engine import bench
+
+    current, _ = bench.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    next_worker = bench.NextWorker(WorkerSpec(workload="no_such_module:nothing", device="cpu"))
+    try:
+        next_worker.begin(current)
+        current.send(P.RunTrial({}, steps=2, warmup_steps=1))
+        done, _ = _until(current, (P.TrialFinished, P.RunFailed))
+        assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
+        with pytest.raises(bench.WorkerStartError):
+            next_worker.take()
+    finally:
+        current.stop()
+        next_worker.close()

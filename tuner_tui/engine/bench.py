@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,75 @@ def start_worker(spec: WorkerSpec, timeout: float = 300.0) -> tuple[WorkerClient
     raise WorkerStartError(f"the worker did not start (exit code {client.exitcode()})")
 
 
+class NextWorker:
+    """Starts the next trial's worker while the current trial builds, compiles and warms up.
+
+    A worker's start (importing torch, creating a CUDA context, building the workload) costs
+    seconds; a trial runs in a fresh process, so without this every trial pays it in turn.
+    The current trial's measured steps are held (`WorkerClient.hold_measurement`) until the
+    next worker is up, so that no process start overlaps a measurement."""
+
+    def __init__(self, spec: WorkerSpec, start_timeout: float = 300.0) -> None:
+        self.spec = spec
+        self.start_timeout = start_timeout
+        self._client: WorkerClient | None = None
+        self._thread: threading.Thread | None = None
+        self._ready: protocol.WorkerReady | None = None
+
+    def begin(self, current: WorkerClient) -> None:
+        """Start the next worker; `current`'s measured steps wait until it is up (or failed)."""
+        self.close()
+        current.hold_measurement()
+        client = WorkerClient(self.spec)
+        try:
+            client.start()
+        except Exception:
+            current.release_measurement()
+            raise
+        self._client, self._ready = client, None
+
+        def watch() -> None:
+            try:
+                event = client.wait_event(self.start_timeout)
+                while event is not None and not isinstance(
+                    event, (protocol.WorkerReady, protocol.RunFailed)
+                ):
+                    event = client.wait_event(self.start_timeout)
+                if isinstance(event, protocol.WorkerReady):
+                    self._ready = event
+            finally:
+                current.release_measurement()
+
+        self._thread = threading.Thread(target=watch, name="gputune-next-worker", daemon=True)
+        self._thread.start()
+
+    def is_ready(self) -> bool:
+        return self._ready is not None
+
+    def take(self) -> tuple[WorkerClient, protocol.WorkerReady]:
+        """The worker started by `begin`, once ready; a fresh one if none was started or it
+        failed to start."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        client, ready = self._client, self._ready
+        self._client = self._ready = None
+        if client is not None and ready is not None and client.is_alive():
+            return client, ready
+        if client is not None:
+            client.stop()
+        return start_worker(self.spec, self.start_timeout)
+
+    def close(self) -> None:
+        """Stop a worker started and not taken."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._client is not None:
+            self._client.stop()
+        self._client = self._ready = None
+
+
 def run_one(
     client: WorkerClient,
     config: TuneConfig,
@@ -251,6 +321,7 @@ def run_bench(
     references: dict[tuple[int, float], tuple[float, ...]] = {}
     results: list[protocol.TrialResult] = []
     total = len(configs)
+    next_worker = NextWorker(plan.spec)
     try:
         for index, config in enumerate(configs, start=1):
             batch = config.batch_size or default_batch
@@ -260,6 +331,7 @@ def run_bench(
                 reference = TuneConfig.reference(config.batch_size).replace(
                     grad_clip=config.grad_clip
                 )
+                next_worker.begin(client)
                 ref = run_one(
                     client, reference,
                     BenchPlan(plan.spec, [], steps=1, warmup_steps=LOSS_CHECK_STEPS - 1),
@@ -268,8 +340,10 @@ def run_bench(
                 references[key] = tuple(ref.losses)
                 progress.end(f"{len(ref.losses)} losses" if ref.status == "ok" else ref.status)
                 client.stop()
-                client, _ = start_worker(plan.spec)
+                client, _ = next_worker.take()
             progress.begin(index, total, config.label())
+            if index < total:
+                next_worker.begin(client)
             result = run_one(client, config, plan, references.get(key, ()), progress)
             if _is_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
@@ -279,9 +353,10 @@ def run_bench(
                 on_result(results, ready.environment, workload)
             client.stop()
             if index < total:
-                client, _ = start_worker(plan.spec)
+                client, _ = next_worker.take()
     finally:
         client.stop()
+        next_worker.close()
     return results, ready.environment, workload
 
 

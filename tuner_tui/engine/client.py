@@ -37,12 +37,12 @@ class WorkerSpec:
     cache directory that the search's trials share)."""
 
 
-def _worker_entry(spec: WorkerSpec, commands, events) -> None:
+def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:
     os.environ.update(dict(spec.environ))
     # Imported here, in the child, so that the parent never imports torch.
     from tuner_tui.engine.worker import run_worker
 
-    run_worker(spec, commands, events)
+    run_worker(spec, commands, events, quiet)
 
 
 @contextlib.contextmanager
@@ -70,6 +70,8 @@ class WorkerClient:
         self.process: mp.process.BaseProcess | None = None
         self.commands = None
         self.events = None
+        self.quiet = None
+        """Clear it to hold a trial's measured steps (`hold_measurement`); set by default."""
 
     def start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
@@ -77,14 +79,25 @@ class WorkerClient:
         with _real_stderr():
             self.commands = self._ctx.Queue()
             self.events = self._ctx.Queue()
+            self.quiet = self._ctx.Event()
+        self.quiet.set()
         self.process = self._ctx.Process(
             target=_worker_entry,
-            args=(self.spec, self.commands, self.events),
+            args=(self.spec, self.commands, self.events, self.quiet),
             name="gputune-worker",
             daemon=True,
         )
         with _real_stderr():
             self.process.start()
+
+    def hold_measurement(self) -> None:
+        """A trial sent from now on waits after its warm-up until `release_measurement`."""
+        if self.quiet is not None:
+            self.quiet.clear()
+
+    def release_measurement(self) -> None:
+        if self.quiet is not None:
+            self.quiet.set()
 
     @property
     def pid(self) -> int | None:

@@ -599,6 +599,7 @@ class Search:
         self.order: list[TrialResult] = []
         self.out_of_time = False
         self._spare: WorkerClient | None = None
+        self._next = bench.NextWorker(self.spec)
         self._pending = 0
 
     # -- the loop ------------------------------------------------------------------------------
@@ -644,6 +645,7 @@ class Search:
             if self._spare is not None:
                 self._spare.stop()
                 self._spare = None
+            self._next.close()
         return self._outcome()
 
     def _time_left(self) -> float:
@@ -721,10 +723,12 @@ class Search:
             client, self._spare = self._spare, None
         else:
             try:
-                client, _ = bench.start_worker(self.spec)
+                client, _ = self._next.take()
             except bench.WorkerStartError as exc:
                 return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
                                    message=f"the worker did not start: {exc}")
+        # The next trial's worker starts now; this trial's measured steps wait until it is up.
+        self._next.begin(client)
         timeout = min(self.plan.trial_timeout_s, max(self._time_left(), 60.0))
         plan = bench.BenchPlan(self.spec, [], steps=steps,
                                warmup_steps=self.plan.warmup_steps, trial_timeout_s=timeout)

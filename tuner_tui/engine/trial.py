@@ -172,6 +172,16 @@ class Trainer:
         host.copy_(loss.detach(), non_blocking=True)
         return host
 
+    def restart_clock(self) -> None:
+        """After a pause between steps (the pipeline drained, as after the warm-up): time the
+        next step from now on the device, not from the last step's end, so the pause is not
+        counted as step time."""
+        self._collect(keep=0)
+        if self.device == "cuda":
+            now = torch.cuda.Event(enable_timing=True)
+            now.record()
+            self._last_end = now
+
     def finish(self) -> list[StepRecord]:
         return self._collect(keep=0)
 

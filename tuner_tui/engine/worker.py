@@ -21,9 +21,16 @@ from tuner_tui.engine import protocol
 from tuner_tui.engine.client import WorkerSpec
 
 
+QUIET_WAIT_S = 120.0
+"""Longest a trial waits, before its measured steps, for the parent's all-clear."""
+
+
 class Worker:
-    def __init__(self, spec: WorkerSpec, commands, events) -> None:
+    def __init__(self, spec: WorkerSpec, commands, events, quiet=None) -> None:
         self.spec, self.commands, self.events = spec, commands, events
+        self.quiet = quiet
+        """Set by the parent while no other gputune process is starting (see bench.NextWorker):
+        measured steps begin only then."""
         # Re-parented (to init or a subreaper) means the parent is gone: exit then.
         self.parent_pid = os.getppid()
         self.trainer = None
@@ -201,7 +208,9 @@ class Worker:
             self.stop_live()
             trainer = self._build(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
             self._emit_records(trainer, self._first_step(trainer))
-            for _ in range(cmd.warmup_steps + cmd.steps - 1):
+            for i in range(1, cmd.warmup_steps + cmd.steps):
+                if i == cmd.warmup_steps:
+                    self._wait_until_quiet(trainer)
                 self._emit_records(trainer, trainer.step())
                 if self._too_slow(trainer, cmd):
                     self._emit_records(trainer, trainer.finish())
@@ -214,6 +223,14 @@ class Worker:
         finally:
             if trainer is not None:
                 trainer.close()
+
+    def _wait_until_quiet(self, trainer) -> None:
+        """Hold the measured steps while the parent starts the next trial's worker (importing
+        torch and creating a CUDA context on the same machine would perturb them)."""
+        if self.quiet is None or self.quiet.is_set():
+            return
+        self.quiet.wait(QUIET_WAIT_S)
+        trainer.restart_clock()
 
     @staticmethod
     def _too_slow(trainer, cmd: protocol.RunTrial) -> bool:
@@ -309,8 +326,8 @@ class Worker:
         self.stop_live()
 
 
-def run_worker(spec: WorkerSpec, commands, events) -> None:
-    worker = Worker(spec, commands, events)
+def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
+    worker = Worker(spec, commands, events, quiet)
     if worker.start():
         worker.loop()
     # Let the queue's feeder thread flush the last events before the process exits.
