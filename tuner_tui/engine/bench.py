@@ -187,9 +187,9 @@ class NextWorker:
         client = WorkerClient(self.spec)
         try:
             client.start()
-        except Exception:
+        except Exception:  # no head start then: `take` starts one the usual way and says why
             current.release_measurement()
-            raise
+            return
         self._client, self._ready = client, None
 
         def watch() -> None:
