@@ -207,6 +207,11 @@ class NextWorker:
         self._thread = threading.Thread(target=watch, name="gputune-next-worker", daemon=True)
         self._thread.start()
 
+    def keep(self, client: WorkerClient, ready: protocol.WorkerReady) -> None:
+        """Hold a worker that is already up, for the next `take`."""
+        self.close()
+        self._client, self._ready = client, ready
+
     def is_ready(self) -> bool:
         return self._ready is not None
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, TextIO
 from strategies.config import ConfigError, ExportedConfig, TuneConfig, parse_value, save
 from strategies.registry import OPTIONS, Capabilities, option_unavailable
 from tuner_tui.engine import bench
-from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from tuner_tui.engine.client import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.store import ResultStore, canonical_json, gputune_home
 
@@ -292,23 +292,9 @@ def estimate_peak(
     return int(per_sample * ratio * batch(config))
 
 
-def _measured_checkpoint_ratio(mode: str, history: "History") -> bool:
-    """Whether a trial with `mode` and its twin without checkpointing were both measured."""
-    known = [(TuneConfig.from_dict(r.config), r) for r in history.all() if measured_peak(r)]
-    return any(
-        c.checkpointing == mode and any(
-            o.checkpointing == "off" and o.replace(
-                batch_size=c.batch_size, checkpointing=mode, checkpoint_every=c.checkpoint_every
-            ) == c for o, _ in known
-        ) for c, _ in known
-    )
-
-
-def _checkpoint_ratio(mode: str, known, batch) -> float:
-    """Measured peak per sample with `mode` over the same configuration without checkpointing
-    (the median over measured pairs)."""
-    if mode == "off":
-        return 1.0
+def _checkpoint_ratios(mode: str, known, batch) -> list[float]:
+    """Peak per sample with `mode` over the same configuration without checkpointing, one per
+    measured pair; `known` holds (config, result) pairs with a measured peak."""
     ratios = []
     for c, r in known:
         if c.checkpointing != mode:
@@ -318,6 +304,14 @@ def _checkpoint_ratio(mode: str, known, batch) -> float:
                 batch_size=c.batch_size, checkpointing=mode, checkpoint_every=c.checkpoint_every
             ) == c:
                 ratios.append((measured_peak(r) / batch(c)) / (measured_peak(r_off) / batch(c_off)))
+    return ratios
+
+
+def _checkpoint_ratio(mode: str, known, batch) -> float:
+    """The median of the measured ratios for `mode`; CHECKPOINT_PRIOR until one is measured."""
+    if mode == "off":
+        return 1.0
+    ratios = _checkpoint_ratios(mode, known, batch)
     return statistics.median(ratios) if ratios else CHECKPOINT_PRIOR
 
 
@@ -598,15 +592,15 @@ class Search:
         self.counts = {"ran": 0, "reused": 0, "skipped": 0}
         self.order: list[TrialResult] = []
         self.out_of_time = False
-        self._spare: WorkerClient | None = None
         self._next = bench.NextWorker(self.spec)
+        self.compared: list[TrialResult] = []
         self._pending = 0
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
         self.started = time.monotonic()
         client, ready = bench.start_worker(self.spec)
-        self._spare = client
+        self._next.keep(client, ready)  # the first trial runs in the worker that described the machine
         try:
             self.caps = Capabilities(**ready.capabilities)
             self.environment = ready.environment
@@ -642,9 +636,6 @@ class Search:
                         break
                     self.evaluate(config)
         finally:
-            if self._spare is not None:
-                self._spare.stop()
-                self._spare = None
             self._next.close()
         return self._outcome()
 
@@ -719,14 +710,11 @@ class Search:
         return config in (plain, plain.replace(checkpointing="full"))
 
     def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int) -> TrialResult:
-        if self._spare is not None:
-            client, self._spare = self._spare, None
-        else:
-            try:
-                client, _ = self._next.take()
-            except bench.WorkerStartError as exc:
-                return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
-                                   message=f"the worker did not start: {exc}")
+        try:
+            client, _ = self._next.take()
+        except bench.WorkerStartError as exc:
+            return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
+                               message=f"the worker did not start: {exc}")
         # The next trial's worker starts now; this trial's measured steps wait until it is up.
         self._next.begin(client)
         timeout = min(self.plan.trial_timeout_s, max(self._time_left(), 60.0))
@@ -763,7 +751,7 @@ class Search:
                 # Checkpointing's saving is estimated from measured pairs; with none measured the
                 # estimate assumes no saving, so the checkpointed reference is tried instead (an
                 # OOM costs one short trial; an unchecked loss would cost the correctness gate).
-                trust = reference == plain or _measured_checkpoint_ratio("full", self.history)
+                trust = reference == plain or self._checkpoint_saving_measured("full")
                 estimate = estimate_peak(reference, self.history.all(), self.default_batch)
                 if trust and estimate is not None and estimate > self.budget_bytes:
                     continue
@@ -771,6 +759,10 @@ class Search:
             if result.status == "ok" and result.losses:
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
         return ()
+
+    def _checkpoint_saving_measured(self, mode: str) -> bool:
+        known = [(TuneConfig.from_dict(r.config), r) for r in self.history.all() if measured_peak(r)]
+        return bool(_checkpoint_ratios(mode, known, lambda c: c.batch_size or self.default_batch))
 
     # -- the outcome ---------------------------------------------------------------------------
     def _outcome(self) -> SearchOutcome:
@@ -786,7 +778,7 @@ class Search:
             workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
             out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
-            compared=list(getattr(self, "compared", [])),
+            compared=list(self.compared),
         )
         outcome.reason = explain(outcome)
         return outcome
