@@ -280,8 +280,10 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
              "batch_size": 0}
     outcome, log = _search(store, CountingRunner(), fixed=fixed, max_memory_bytes=2**40)
     # The fp32 eager reference runs first (the losses to check against), then the compiled one.
+    # It is the same reference bench and the worker use: TuneConfig.reference, with SDPA.
     eager, compiled = outcome.results
-    assert eager.label == "fp32" and compiled.label == "fp32 + compile(default)"
+    assert eager.label == TuneConfig.reference().label() == "fp32 + sdpa"
+    assert compiled.label == "fp32 + compile(default)"
     assert compiled.status == "ok" and compiled.loss_ok is True
     assert compiled.compile_s > eager.compile_s
     assert outcome.recommendation is compiled  # the eager reference lies outside the space

@@ -331,7 +331,7 @@ def run_bench(
         for index, config in enumerate(configs, start=1):
             batch = config.batch_size or default_batch
             key = (batch, config.grad_clip)
-            if key not in references and not _is_reference(config):
+            if key not in references and not computes_reference(config):
                 progress.begin(index, total, f"fp32 reference losses (batch {batch})")
                 reference = TuneConfig.reference(config.batch_size).replace(
                     grad_clip=config.grad_clip
@@ -350,7 +350,7 @@ def run_bench(
             if index < total:
                 next_worker.begin(client)
             result = run_one(client, config, plan, references.get(key, ()), progress)
-            if _is_reference(config) and result.status == "ok":
+            if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
             progress.end(_summary(result))
@@ -365,15 +365,10 @@ def run_bench(
     return results, ready.environment, workload
 
 
-def _is_reference(config: TuneConfig) -> bool:
+def computes_reference(config: TuneConfig) -> bool:
     """Computes what the fp32 eager reference computes (attention, optimizer implementation
     and checkpointing change how, not what), so its own losses are the reference."""
-    return (
-        config.precision == "fp32"
-        and config.compile_mode == "off"
-        and not config.fused_kernels
-        and config.checkpointing == "off"
-    )
+    return config.precision == "fp32" and config.compile_mode == "off" and not config.fused_kernels
 
 
 def _summary(r: protocol.TrialResult) -> str:

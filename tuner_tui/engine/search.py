@@ -125,14 +125,6 @@ class SearchSpace:
         ratio = value / top if top else 0
         return ratio > 1 and ratio.is_integer() and (int(ratio) & (int(ratio) - 1)) == 0
 
-    def reference(self, batch_size: int) -> TuneConfig:
-        """The fp32 eager configuration that every configuration of this batch size is checked
-        against; it keeps the fixed gradient clipping, which changes the losses."""
-        values = {"batch_size": batch_size}
-        if "grad_clip" in dict(self.fixed):
-            values["grad_clip"] = dict(self.fixed)["grad_clip"]
-        return TuneConfig.from_dict(values)
-
     def size(self) -> int:
         return math.prod(len(v) for _, v in self.choices)
 
@@ -701,13 +693,9 @@ class Search:
         baseline's is run only for its losses, so it stops once it has the steps the loss check
         compares (with fp32 eager at a large batch, a full trial would cost tens of seconds)."""
         start_batch = self.space.start().batch_size
-        if config.batch_size != start_batch and self._is_reference(config):
+        if config.batch_size != start_batch and bench.computes_reference(config):
             return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
         return self.plan.steps
-
-    def _is_reference(self, config: TuneConfig) -> bool:
-        plain = self.space.reference(config.batch_size)
-        return config in (plain, plain.replace(checkpointing="full"))
 
     def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int) -> TrialResult:
         try:
@@ -738,14 +726,20 @@ class Search:
         return tokens_per_step / slowest_tokens_per_s * 1e3
 
     def _reference_for(self, config: TuneConfig) -> tuple[float, ...]:
-        """The fp32 eager losses for this configuration's batch size, measured first if needed
-        (with full checkpointing, which leaves the losses unchanged, when plain fp32 would not
-        fit). () for the reference itself, or when no reference could run."""
-        batch = config.batch_size
-        plain = self.space.reference(batch)
+        """The fp32 eager losses for this configuration's batch size and gradient clipping: from
+        any measured run that computes the reference (the baseline, say), else from
+        `TuneConfig.reference` run first (with full checkpointing, which leaves the losses
+        unchanged, when plain would not fit). () for a configuration that is its own reference,
+        or when no reference could run."""
+        if bench.computes_reference(config):
+            return ()
+        for result in self.history.all():
+            done = TuneConfig.from_dict(result.config)
+            if (result.status == "ok" and result.losses and bench.computes_reference(done)
+                    and (done.batch_size, done.grad_clip) == (config.batch_size, config.grad_clip)):
+                return tuple(result.losses[:LOSS_CHECK_STEPS])
+        plain = TuneConfig.reference(config.batch_size).replace(grad_clip=config.grad_clip)
         for reference in (plain, plain.replace(checkpointing="full")):
-            if reference == config:
-                return ()
             result = self.history.get(reference)
             if result is None:
                 # Checkpointing's saving is estimated from measured pairs; with none measured the
