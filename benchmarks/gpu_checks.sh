@@ -11,13 +11,16 @@
 #   llama     llama-1b: a search over compile x kernels (issues 3 and 5), then a Hugging Face
 #             Llama of ~1B parameters: eager, kernels, compile, both (issue 7)     ~9 min
 #   hf        the Hugging Face Llama: eager, kernels, compile, both, then a search (issue 7) ~9 min
+#   hf-bench, hf-tune   the two halves of hf (~3.5 and ~7 min), to run on two GPUs at once
 #   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
+#   lce       llama-1b with kernels + compile at linear+CE chunk sizes 1024..8192,
+#             alternating with compile alone (issue 3's end-to-end target)         ~6 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|kernels) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|kernels" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|kernels|lce) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|kernels|lce" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -47,17 +50,23 @@ case "${1:-}" in
       --svg "$OUT/dashboard-h200.svg" --json "$OUT/dashboard-h200.json" 2>"$OUT/dashboard-stderr.txt"
     gputune bench --workload gpt2-124m --device cuda --config benchmarks/configs/gpt2-cudagraphs-fused.toml \
       --json "$OUT/bench-beside-dashboard.json" 2>&1 | tail -4 ;;
-  hf)
+  hf|hf-bench|hf-tune)
     export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
-    # Eager, kernels, compile, both at the example's batch, then the search from there.
-    python3 -m tuner_tui.cli bench --workload examples.hf_causal_lm:llama --device cuda \
-      --preset kernels --steps 10 --json "$OUT/bench-hf-llama-1b-kernels.json" > "$OUT/bench-hf-llama.log" 2>&1
-    tail -9 "$OUT/bench-hf-llama.log"
-    gputune tune --workload examples.hf_causal_lm:llama --device cuda --budget-minutes "${HF_MINUTES:-5}" \
-      --set precision=bf16 --set attention=sdpa --set optimizer=fused --set compile_scope=model \
-      --search compile_mode=off,default --search fused_kernels=none,rms_norm+swiglu \
-      --out /tmp/tune-hf.toml --json "$OUT/tune-hf-llama-1b.json" > "$OUT/tune-hf-llama-1b.log" 2>&1
-    grep -v "^\[" "$OUT/tune-hf-llama-1b.log" | tail -25 ;;
+    if [ "$1" != hf-tune ]; then
+      # Eager, kernels, compile, both at the example's batch.
+      python3 -m tuner_tui.cli bench --workload examples.hf_causal_lm:llama --device cuda \
+        --preset kernels --steps 10 --json "$OUT/bench-hf-llama-1b-kernels.json" > "$OUT/bench-hf-llama.log" 2>&1
+      tail -9 "$OUT/bench-hf-llama.log"
+    fi
+    if [ "$1" != hf-bench ]; then
+      # The search: compile x kernels, batch size and checkpointing where memory runs out.
+      gputune tune --workload examples.hf_causal_lm:llama --device cuda --budget-minutes "${HF_MINUTES:-6}" \
+        --set precision=bf16 --set attention=sdpa --set optimizer=fused --set compile_scope=model \
+        --search compile_mode=off,default --search fused_kernels=none,rms_norm+swiglu \
+        --compare benchmarks/configs/hf-llama-compile.toml --compare benchmarks/configs/hf-llama-kernels.toml \
+        --out /tmp/tune-hf.toml --json "$OUT/tune-hf-llama-1b.json" > "$OUT/tune-hf-llama-1b.log" 2>&1
+      grep -v "^\[" "$OUT/tune-hf-llama-1b.log" | tail -25
+    fi ;;
   llama)
     export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
     # bf16, SDPA, fused AdamW and the batch held; compile x kernels searched: the single-family
@@ -72,6 +81,10 @@ case "${1:-}" in
       --device cuda --preset kernels --steps 10 \
       --json "$OUT/bench-hf-llama-1b-kernels.json" > "$OUT/bench-hf-llama.log" 2>&1
     tail -12 "$OUT/bench-hf-llama.log" ;;
+  lce)
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    python3 benchmarks/lce_chunks_e2e.py --workload llama-1b --chunks "${LCE_CHUNKS:-1024,2048,4096,8192}" \
+      --json "$OUT/lce-chunks-llama-1b.json" 2>&1 | tee "$OUT/lce-chunks-llama-1b.log" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
     # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).

@@ -17,6 +17,7 @@ is summed in fp32 inside the matmul.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -32,6 +33,7 @@ from kernels import _common
 _MAX_CHUNK_ROWS = 1024
 _CHUNK_BYTES = 256 * 1024 * 1024
 _BLOCK = 8192
+_CHUNK_ROWS_ENV = "GPUTUNE_LCE_CHUNK_ROWS"
 
 
 @triton.jit
@@ -68,8 +70,20 @@ def _fused_linear_cross_entropy_fwd_kernel(
 
 
 def default_chunk_rows(n_rows: int, vocab: int, itemsize: int) -> int:
-    """Rows per chunk: a power of 2, <= _MAX_CHUNK_ROWS, <= _CHUNK_BYTES of logits, <= n_rows."""
-    rows = max(1, min(_MAX_CHUNK_ROWS, _CHUNK_BYTES // max(1, vocab * itemsize)))
+    """Rows per chunk: a power of 2, <= _MAX_CHUNK_ROWS, <= _CHUNK_BYTES of logits, <= n_rows.
+
+    GPUTUNE_LCE_CHUNK_ROWS=N overrides the policy (rounded down to a power of 2, at most
+    n_rows): the benchmarks use it to measure the chunk size inside a whole training step."""
+    override = os.environ.get(_CHUNK_ROWS_ENV, "").strip()
+    if override:
+        try:
+            rows = int(override)
+        except ValueError:
+            rows = 0
+        if rows < 1:
+            raise ValueError(f"{_CHUNK_ROWS_ENV} must be a positive integer, got {override!r}")
+    else:
+        rows = max(1, min(_MAX_CHUNK_ROWS, _CHUNK_BYTES // max(1, vocab * itemsize)))
     rows = 1 << (rows.bit_length() - 1)
     return max(1, min(rows, n_rows))
 

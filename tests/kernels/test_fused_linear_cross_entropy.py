@@ -104,3 +104,18 @@ def test_fused_linear_cross_entropy_with_no_rows_gives_zero_grads():
     h, w = leaf(hidden), leaf(weight)
     kernels.fused_linear_cross_entropy(h, w, target, reduction="sum").backward()
     assert torch.equal(w.grad, torch.zeros_like(weight)) and h.grad.shape == (0, 8)
+
+
+def test_chunk_rows_policy_and_its_environment_override(monkeypatch):
+    from kernels.fused_linear_cross_entropy import default_chunk_rows
+
+    monkeypatch.delenv("GPUTUNE_LCE_CHUNK_ROWS", raising=False)
+    # 256 MiB of bf16 logits at a 128256 vocabulary: 1046 rows, rounded down to 1024.
+    assert default_chunk_rows(8192, 128256, 2) == 1024
+    assert default_chunk_rows(300, 128256, 2) == 300  # one chunk of every row
+    monkeypatch.setenv("GPUTUNE_LCE_CHUNK_ROWS", "3000")
+    assert default_chunk_rows(8192, 128256, 2) == 2048
+    assert default_chunk_rows(1000, 128256, 2) == 1000
+    monkeypatch.setenv("GPUTUNE_LCE_CHUNK_ROWS", "many")
+    with pytest.raises(ValueError, match="GPUTUNE_LCE_CHUNK_ROWS must be a positive integer"):
+        default_chunk_rows(8192, 128256, 2)
