@@ -105,6 +105,13 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
     return values
 
 
+# Kernels whose work Inductor generates itself, fused with the ops around them (the residual
+# add, the casts, the next matmul's prologue). Inside a compiled graph our kernels are opaque
+# custom ops that end those fusions, which is why kernels and compile fought in the anchors'
+# measurements. The losses are different: Inductor materialises full-size logits buffers there.
+INDUCTOR_FUSES = frozenset({"layer_norm", "rms_norm", "gelu", "swiglu", "causal_softmax"})
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """One value for every registered option. Build with `TuneConfig.from_dict`, change with
@@ -189,6 +196,13 @@ class TuneConfig:
         if self.grad_clip != OPTIONS["grad_clip"].default:
             parts.append(f"clip {self.grad_clip:g}")
         return " + ".join(parts)
+
+    def effective_kernels(self) -> tuple[str, ...]:
+        """The fused kernels this configuration swaps in: under torch.compile with the
+        inductor-first policy, those Inductor fuses itself are left to it."""
+        if self.compile_mode != "off" and self.kernels_with_compile == "inductor-first":
+            return tuple(k for k in self.fused_kernels if k not in INDUCTOR_FUSES)
+        return tuple(self.fused_kernels)
 
     def check_runnable(self, caps: Capabilities) -> None:
         """Raise ConfigError naming the option and the device if this machine cannot run it."""

@@ -169,22 +169,14 @@ def swap_modules(model: nn.Module, chosen: set[str]) -> dict[str, int]:
     return counts
 
 
-# Kernels whose work Inductor generates itself, fused with the ops around them (the residual
-# add, the casts, the next matmul's prologue). Inside a compiled graph our kernels are opaque
-# custom ops that end those fusions, which is why kernels and compile fought in the anchors'
-# measurements. The losses are different: Inductor materialises full-size logits buffers there.
-INDUCTOR_FUSES = frozenset({"layer_norm", "rms_norm", "gelu", "swiglu", "causal_softmax"})
-
-
 def apply(run, config) -> None:
     chosen = set(config.fused_kernels)
     if not chosen:
         run.report["fused_kernels"] = {}
         return
-    left_to_inductor: list[str] = []
-    if config.compile_mode != "off" and config.kernels_with_compile == "inductor-first":
-        left_to_inductor = [k for k in config.fused_kernels if k in INDUCTOR_FUSES]
-        chosen -= INDUCTOR_FUSES
+    # Under compile (inductor-first) the kernels Inductor fuses itself are left to it.
+    chosen = set(config.effective_kernels())
+    left_to_inductor = [k for k in config.fused_kernels if k not in chosen]
     import kernels
 
     ok, reason = kernels.available()

@@ -118,9 +118,12 @@ def test_staged_search_moves_from_the_best_and_tries_interacting_options_togethe
     # Every batch size fits without checkpointing, so checkpointing (which only recomputes) is
     # never tried: the memory stage is the larger batch alone.
     assert [(c.batch_size, c.checkpointing) for c in rounds[5]] == [(32, "off")]
-    kernels = rounds[6]  # against eager and against the winning compile mode only, at batch 32
-    assert {c.compile_mode for c in kernels} == {"off", "reduce-overhead"}
-    assert all(c.fused_kernels for c in kernels if c.compile_mode == "reduce-overhead")
+    kernels = rounds[6]  # with the winning compile mode first, then in eager, at batch 32
+    assert [c.compile_mode for c in kernels] == ["reduce-overhead", "off", "off", "off"]
+    # Under compile, a set of kernels that Inductor fuses itself swaps nothing: the same run as
+    # no kernels, so only the set with a loss kernel is tried there.
+    assert kernels[0].effective_kernels() == ("linear_cross_entropy",)
+    assert [bool(c.fused_kernels) for c in kernels[1:]] == [True, True, False]
     assert {c.batch_size for c in kernels} == {32}
     assert len(rounds) == 7
     best = history.best()
@@ -365,6 +368,34 @@ def test_compile_cache_is_shared_under_the_home_unless_the_user_set_one(home, mo
     assert search.compile_cache_environ()["TORCHINDUCTOR_CACHE_DIR"] == str(home / "inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     assert "TORCHINDUCTOR_CACHE_DIR" not in search.compile_cache_environ()
+
+
+def test_a_compared_configuration_steers_the_stages_only_once_they_reach_it():
+    # `tune --compare` measures the user's compiled configuration first. The early stages
+    # still vary precision and attention in eager (seconds a trial, not a compile each), and
+    # the compared run is not measured again when the compile stage reaches it.
+    space = default_space(GPU, 16, choices={"checkpointing": ("off",), "batch_size": ("x1",),
+                                            "fused_kernels": ((),)})
+    strategy, history = StagedSearch(space), History(space)
+    compared = TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
+                                     "compile_mode": "default", "optimizer": "fused"})
+    history.add(compared, _row(1000, 1, **compared.to_dict()), aside=True)
+    assert history.best().config == compared.to_dict()  # ranked like any other trial
+    assert history.steering_best() is None
+    rounds = []
+    while batch := strategy.propose(history):
+        rounds.append(batch)
+        for c in batch:
+            assert c != compared
+            speed = {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5}[c.precision]
+            speed *= 1.1 if c.attention == "sdpa" else 1.0
+            speed *= 1.4 if c.compile_mode != "off" else 1.0
+            history.add(c, _row(speed * 100, 1, **c.to_dict()))
+    assert rounds[0] == [space.start()]
+    assert all(c.compile_mode == "off" for r in rounds[:3] for c in r)
+    assert not history.aside  # the compile stage reached it and adopted it
+    optimizer_round = rounds[4]
+    assert {c.compile_mode for c in optimizer_round} == {"default"}  # around the adopted one
 
 
 def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_climb():

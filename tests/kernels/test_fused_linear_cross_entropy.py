@@ -110,8 +110,9 @@ def test_chunk_rows_policy_and_its_environment_override(monkeypatch):
     from kernels.fused_linear_cross_entropy import default_chunk_rows
 
     monkeypatch.delenv("GPUTUNE_LCE_CHUNK_ROWS", raising=False)
-    # 256 MiB of bf16 logits at a 128256 vocabulary: 1046 rows, rounded down to 1024.
-    assert default_chunk_rows(8192, 128256, 2) == 1024
+    # 1 GiB of bf16 logits at a 128256 vocabulary: 4186 rows, rounded down to 4096.
+    assert default_chunk_rows(8192, 128256, 2) == 4096
+    assert default_chunk_rows(8192, 128256, 4) == 2048
     assert default_chunk_rows(300, 128256, 2) == 300  # one chunk of every row
     monkeypatch.setenv("GPUTUNE_LCE_CHUNK_ROWS", "3000")
     assert default_chunk_rows(8192, 128256, 2) == 2048

@@ -317,6 +317,12 @@ class History:
         self.space = space
         self.budget_bytes = budget_bytes
         self.results: dict[str, TrialResult] = {}
+        self.aside: set[str] = set()
+        """Keys of trials measured only to be compared with (`--compare`): ranked and
+        recommendable, but they steer the stages only once a stage reaches them (`adopt`).
+        Otherwise a compiled configuration measured first would make every early stage
+        compile, and the search would spend its minutes compiling configurations that the
+        eager stages rule out in seconds."""
 
     def __contains__(self, config: TuneConfig) -> bool:
         return config_key(config) in self.results
@@ -324,8 +330,22 @@ class History:
     def get(self, config: TuneConfig) -> TrialResult | None:
         return self.results.get(config_key(config))
 
-    def add(self, config: TuneConfig, result: TrialResult) -> None:
-        self.results[config_key(config)] = result
+    def add(self, config: TuneConfig, result: TrialResult, aside: bool = False) -> None:
+        key = config_key(config)
+        self.results[key] = result
+        if aside:
+            self.aside.add(key)
+
+    def is_aside(self, config: TuneConfig) -> bool:
+        return config_key(config) in self.aside
+
+    def adopt(self, config: TuneConfig) -> None:
+        """A stage reached a configuration measured aside: it counts as searched from now on."""
+        self.aside.discard(config_key(config))
+
+    def is_new(self, config: TuneConfig) -> bool:
+        """Still to be proposed by the stages: not measured, or measured aside only."""
+        return config not in self or self.is_aside(config)
 
     def all(self) -> list[TrialResult]:
         return list(self.results.values())
@@ -342,6 +362,12 @@ class History:
 
     def best(self) -> TrialResult | None:
         return bench.best(self.eligible())
+
+    def steering_best(self) -> TrialResult | None:
+        """The best of the trials the stages reached (the incumbent), leaving out those
+        measured aside."""
+        return bench.best([r for k, r in self.results.items()
+                           if k not in self.aside and r in self.eligible()])
 
     def fits(self, result: TrialResult) -> bool:
         """False when the trial ran out of memory, was skipped as over the memory budget, or
@@ -389,7 +415,7 @@ class StagedSearch(SearchStrategy):
         # Batch size before kernels: it moves throughput more than any kernel (ANCHORS.md), so a
         # search cut short by its time budget loses the smaller lever.
         (MEMORY_STAGE, ("batch_size", "checkpointing")),
-        ("kernels x compile", ("fused_kernels", "compile_mode")),
+        ("kernels x compile", ("compile_mode", "fused_kernels")),
     )
     CHECKPOINT_COST = ("off", "selective", "every-n", "full")
     """Checkpointing modes from the least recomputation to the most."""
@@ -409,15 +435,34 @@ class StagedSearch(SearchStrategy):
         for key in keys:
             values = list(self.space.values(key))
             if key == "compile_mode" and "fused_kernels" in keys:
-                # Kernels against eager and against the compile mode that won: not every mode.
-                values = [v for v in values if v in ("off", incumbent.compile_mode)]
+                # Kernels with the compile mode that won first (the likelier winner, should the
+                # time budget end the stage), then in eager (kernels alone): not every mode.
+                values = [v for v in values if v == incumbent.compile_mode] + (
+                    ["off"] if incumbent.compile_mode != "off" and "off" in values else [])
             axes.append(values)
         found: list[TuneConfig] = []
         for combo in itertools.product(*axes):
             config = self._variant(incumbent, dict(zip(keys, combo)))
-            if config is not None and config not in history and config not in found:
-                found.append(config)
+            if config is None or not history.is_new(config) or config in found:
+                continue
+            if "fused_kernels" in keys and self._same_run_measured(config, history, found):
+                continue
+            found.append(config)
+        if "fused_kernels" in keys:
+            # Compiled before eager; with each, kernels before none.
+            found.sort(key=lambda c: (c.compile_mode == "off", not c.fused_kernels))
         return found
+
+    @staticmethod
+    def _same_run_measured(config: TuneConfig, history: History, found: list[TuneConfig]) -> bool:
+        """True when a configuration that swaps the same kernels in (TuneConfig.
+        effective_kernels: under compile, those Inductor fuses are left to it) was measured
+        or is proposed already: the two would be the same run."""
+        runs = config.replace(fused_kernels=list(config.effective_kernels()))
+        return any(
+            other.replace(fused_kernels=list(other.effective_kernels())) == runs
+            for other in found + [TuneConfig.from_dict(r.config) for r in history.all()]
+        )
 
     def _memory_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
         """Per batch size, the next checkpointing mode to try: none first, then, only while the
@@ -432,7 +477,7 @@ class StagedSearch(SearchStrategy):
                 if config is None:
                     continue
                 result = history.get(config)
-                if result is None:
+                if result is None or history.is_aside(config):
                     if config not in found:
                         found.append(config)
                     break
@@ -452,7 +497,7 @@ class StagedSearch(SearchStrategy):
         batches = list(self.space.values("batch_size"))
         if not self.space.grow_batch or not any(batches):
             return batches
-        best = history.best()
+        best = history.steering_best()
         for _ in range(self.GROW_MAX_DOUBLINGS):
             largest = max(batches)
             if best is None or best.config["batch_size"] < largest:
@@ -476,12 +521,19 @@ class StagedSearch(SearchStrategy):
             return None  # a combination the registry's rules refuse
 
     def _incumbent(self, history: History) -> TuneConfig:
-        best = history.best()
+        best = history.steering_best()
         return TuneConfig.from_dict(best.config) if best else self.space.start()
 
     def propose(self, history: History) -> list[TuneConfig]:
         while self.stage < len(self.STAGES):
             found = self.candidates(self.stage, history)
+            reached = [c for c in found if history.is_aside(c)]
+            if reached:
+                # Measured aside already: adopted without a re-run; the incumbent may change,
+                # so the stage's candidates are computed again.
+                for config in reached:
+                    history.adopt(config)
+                continue
             name = self.STAGES[self.stage][0]
             # The memory stage goes on (one checkpointing mode further per round) until every
             # batch size fits or has run out of modes; the others take one round.
@@ -614,7 +666,8 @@ class Search:
                   + ")", file=self.out, flush=True)
             for config in self.plan.compare:
                 config.check_runnable(self.caps)
-            self.compared = [self.evaluate(self.space.canonical(c)) for c in self.plan.compare]
+            self.compared = [self.evaluate(self.space.canonical(c), aside=True)
+                             for c in self.plan.compare]
             while not self.out_of_time:
                 round_ = self.strategy.propose(self.history)
                 if not round_:
@@ -636,7 +689,7 @@ class Search:
             return math.inf
         return self.plan.budget_s - (time.monotonic() - self.started)
 
-    def evaluate(self, config: TuneConfig, use_estimate: bool = True) -> TrialResult:
+    def evaluate(self, config: TuneConfig, use_estimate: bool = True, aside: bool = False) -> TrialResult:
         """Decide one configuration: reuse it from this search or the store, skip it by the
         memory estimate, or run it in a fresh worker."""
         done = self.history.get(config)
@@ -650,7 +703,7 @@ class Search:
             self.progress.end(
                 "skipped as measured (in the store): " + bench._summary(stored.result)
             )
-            return self._decided(config, stored.result, "reused")
+            return self._decided(config, stored.result, "reused", aside)
         # The estimate first: a configuration that will not run needs no reference either.
         estimate = estimate_peak(config, self.history.all(), self.default_batch)
         if use_estimate and estimate is not None and estimate > self.budget_bytes:
@@ -662,14 +715,14 @@ class Search:
             )
             self._begin(config)
             self.progress.end(f"skipped: {result.message}")
-            return self._decided(config, result, "skipped")
+            return self._decided(config, result, "skipped", aside)
         reference = self._reference_for(config)
         self._begin(config)
         result = self._run(config, reference, steps)
         self.store.record(result, self.environment, self.workload_key, steps,
                           self.plan.warmup_steps)
         self.progress.end(bench._summary(result) + _compile_note(result))
-        return self._decided(config, result, "ran")
+        return self._decided(config, result, "ran", aside)
 
     def _begin(self, config: TuneConfig) -> None:
         index = len(self.order) + 1
@@ -680,8 +733,9 @@ class Search:
             note += f", best {bench._si(best.tokens_per_s)} tokens/s"
         self.progress.begin(index, total, config.label(), note)
 
-    def _decided(self, config: TuneConfig, result: TrialResult, how: str) -> TrialResult:
-        self.history.add(config, result)
+    def _decided(self, config: TuneConfig, result: TrialResult, how: str,
+                 aside: bool = False) -> TrialResult:
+        self.history.add(config, result, aside)
         self.order.append(result)
         self.counts[how] += 1
         if self.on_trial is not None:
