@@ -1,6 +1,7 @@
 """`gputune tune`: the space, the memory estimate, the staged strategy, and searches on the CPU with
 real workers (no compile: a compiled trial costs ~30 s on the CPU)."""
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -476,3 +477,26 @@ def test_an_unmeasured_checkpointing_saving_does_not_keep_the_checkpointed_refer
     best = outcome.recommendation
     assert best.batch_size == 16 and best.loss_ok is True
     store.close()
+
+
+def test_an_unchecked_recommendation_names_the_batch_its_numerics_were_checked_at():
+    # The fp32 reference at batch 16 did not run (out of memory or out of time); the same
+    # precision, compile and kernels kept the loss at batch 8, and the reason says so.
+    space = default_space(GPU, 2)
+    common = {"precision": "bf16", "attention": "sdpa", "compile_mode": "default"}
+    big = TuneConfig.from_dict({**common, "batch_size": 16})
+    small = TuneConfig.from_dict({**common, "batch_size": 8})
+    top = dataclasses.replace(_row(59e3, 1, **big.to_dict()), loss_ok=None, batch_size=16)
+    checked = dataclasses.replace(_row(57e3, 1, **small.to_dict()), batch_size=8,
+                                  loss_max_rel_error=1.1e-3, loss_tolerance=0.03)
+    other = dataclasses.replace(_row(50e3, 1, precision="fp16", batch_size=8), batch_size=8)
+
+    def reason(results):
+        outcome = search.SearchOutcome(
+            results=results, ranked=results, eligible=len(results), front=[], recommendation=top,
+            reason="", environment={}, workload={}, workload_key="", space=space, budget_bytes=1)
+        return search.explain(outcome)
+
+    assert "its loss checked at batch 8: within 1.1e-03 of the fp32 reference; no fp32 " \
+           "reference ran at batch 16" in reason([top, checked, other])
+    assert "its loss could not be checked: no fp32 reference ran at batch 16" in reason([top, other])

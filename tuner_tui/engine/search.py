@@ -883,6 +883,17 @@ def pareto_front(results: Iterable[TrialResult]) -> list[TrialResult]:
     return front
 
 
+def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) -> TrialResult | None:
+    """A trial of the same numerics as `top` (every option but batch size and checkpointing)
+    whose loss check passed."""
+    same = {"batch_size": 0, "checkpointing": "off", "checkpoint_every": 0}
+
+    def numerics(r: TrialResult) -> dict:
+        return {**r.config, **same}
+
+    return next((r for r in results if r.loss_ok and numerics(r) == numerics(top)), None)
+
+
 def explain(outcome: SearchOutcome) -> str:
     """Why the recommendation won, in one sentence for the exported file."""
     top = outcome.recommendation
@@ -898,7 +909,16 @@ def explain(outcome: SearchOutcome) -> str:
         parts[0] += (f" (within {top.loss_max_rel_error:.1e} of the fp32 reference, tolerance "
                      f"{top.loss_tolerance:.1%} for {top.config['precision']})")
     elif top.loss_ok is None:
-        parts[0] += " (its loss could not be checked: no fp32 reference fitted)"
+        checked = _checked_at_another_batch(top, outcome.results)
+        if checked is not None:
+            # Batch size and checkpointing leave the numerics alone: the same precision,
+            # compile and kernels kept the loss at another batch size.
+            parts[0] += (f" (its loss checked at batch {checked.batch_size}: within "
+                         f"{checked.loss_max_rel_error:.1e} of the fp32 reference; no fp32 "
+                         f"reference ran at batch {top.batch_size})")
+        else:
+            parts[0] += (f" (its loss could not be checked: no fp32 reference ran at batch "
+                         f"{top.batch_size})")
     base = outcome.baseline()
     if base is not None and base is not top:
         parts.append(f"{top.tokens_per_s / base.tokens_per_s:.2f}x the fp32 eager baseline")
