@@ -236,3 +236,40 @@ def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
     finally:
         current.stop()
         next_worker.close()
+
+
+def test_a_failed_step_releases_its_memory_after_its_tensors_are_gone(monkeypatch):
+    # While an exception is being handled, its traceback keeps the failed step's frames and
+    # tensors alive: emptying the CUDA cache then frees nothing (seen on the H200: 140 GiB
+    # still in use after an OOM). The release must come after, when they are gone.
+    import queue
+
+    from tests.engine import user_workloads
+    from tuner_tui.engine import trial
+    from tuner_tui.engine.worker import Worker
+
+    released_after = []
+    real_release = trial.release_memory
+
+    def spy():
+        released_after.append([ref() is None for ref in user_workloads.HELD_BY_FAILED_STEP])
+        real_release()
+
+    monkeypatch.setattr(trial, "release_memory", spy)
+    events = queue.Queue()
+    spec = WorkerSpec(workload="tests.engine.user_workloads:oom_in_step", device="cpu")
+    worker = Worker(spec, queue.Queue(), events)
+    assert worker.start()
+    for apply in (worker.apply_config, worker.run_trial):
+        user_workloads.HELD_BY_FAILED_STEP.clear()
+        released_after.clear()
+        cmd = P.ApplyConfig({}, measure_steps=2) if apply == worker.apply_config else P.RunTrial({}, 2, 1)
+        apply(cmd)
+        seen = []
+        while not events.empty():
+            seen.append(events.get())
+        failed = [e for e in seen if isinstance(e, P.RunFailed)]
+        assert failed and failed[-1].kind == "oom"
+        assert user_workloads.HELD_BY_FAILED_STEP and released_after
+        assert all(released_after[-1]), f"{apply.__name__}: released while the step's tensors lived"
+        assert worker.trainer is None

@@ -1,5 +1,7 @@
 """Workloads given as module:function, for the tests (a user's own model is built this way)."""
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -73,4 +75,21 @@ def recompiles():
 
     torch._dynamo.config.recompile_limit = 1  # reach the limit on the first recompile
     return Workload(name="recompiles", build_model=ShapeOfTheDay, batch=_batch,
+                    items_per_sample=1, default_batch_size=8)
+
+
+HELD_BY_FAILED_STEP: list = []
+"""Weak references to what the failing step below held when it raised."""
+
+
+class OutOfMemoryInStep(TinyMLP):
+    def forward(self, x, y):
+        held = torch.empty(256, 256)  # what a real step holds when the allocator gives out
+        HELD_BY_FAILED_STEP.append(weakref.ref(held))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. (raised by "
+                                     "the test workload)")
+
+
+def oom_in_step():
+    return Workload(name="oom-in-step", build_model=OutOfMemoryInStep, batch=_batch,
                     items_per_sample=1, default_batch_size=8)

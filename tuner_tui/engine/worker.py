@@ -117,13 +117,13 @@ class Worker:
         result = trainer.result(status=kind, message=message) if trainer else None
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
 
-    def _build(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
-        """The trainer of run `self.run_id` (the caller numbered it), built; RunStarted sent."""
+    def _new_run(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
+        """The trainer of run `self.run_id` (the caller numbered it), not built yet (the caller
+        builds it, so that it can release what a failed build left); RunStarted sent."""
         config = TuneConfig.from_dict(config_dict)
         config.check_runnable(self.caps)
         trainer = self._trainer(config, warmup, reference)
         self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
-        self._build_trainer(trainer)
         return trainer
 
     def _build_trainer(self, trainer) -> None:
@@ -206,7 +206,8 @@ class Worker:
         self.run_id += 1
         try:
             self.stop_live()
-            trainer = self._build(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
+            trainer = self._new_run(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
+            self._build_trainer(trainer)
             self._emit_records(trainer, self._first_step(trainer))
             for i in range(1, cmd.warmup_steps + cmd.steps):
                 if i == cmd.warmup_steps:
@@ -263,16 +264,21 @@ class Worker:
         self.run_id += 1
         try:
             reference = self.reference(TuneConfig.from_dict(cmd.config))
-            trainer = self._build(cmd.config, 5, reference)
+            trainer = self._new_run(cmd.config, 5, reference)
+            self._build_trainer(trainer)
             self.measure_steps = cmd.measure_steps
             self.live_reported = False
             self.trainer = trainer
             self._emit_records(trainer, self._first_step(trainer))
+            return
         except Exception as exc:
             self._fail(exc, trainer)
-            if trainer is not None:
-                trainer.close()
-            self.trainer = None
+        # Released only here, after the except clause: until it ends, the exception's traceback
+        # holds the failed step's frames and every tensor in them (after an OOM, nearly all of
+        # the GPU), so emptying the allocator's cache inside it would free nothing.
+        self.trainer = None
+        if trainer is not None:
+            trainer.close()
 
     def live_step(self) -> None:
         trainer = self.trainer
@@ -284,7 +290,9 @@ class Worker:
                 self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
         except Exception as exc:
             self._fail(exc, trainer)
-            self.stop_live()
+        else:
+            return
+        self.stop_live()  # after the except clause, as in apply_config
 
     def stop_live(self) -> None:
         if self.trainer is not None:
