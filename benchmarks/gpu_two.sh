@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_two.sh "tune" "faults lce"
 # Results: gpu0/, gpu1/ (one folder per GPU), packed into $OUT/results.tgz (a device call returns 8 files).
 # Each GPU's measurements are its own: the two GPUs share only the host (CPU cores for
-# compiling, memory); the JSON files record which GPU (CUDA_VISIBLE_DEVICES) ran them.
+# compiling, memory); each console.log names its GPU (CUDA_VISIBLE_DEVICES), and the NVML panel
+# follows that variable.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . benchmarks/gpu_env.sh
