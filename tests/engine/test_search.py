@@ -500,3 +500,19 @@ def test_an_unchecked_recommendation_names_the_batch_its_numerics_were_checked_a
     assert "its loss checked at batch 8: within 1.1e-03 of the fp32 reference; no fp32 " \
            "reference ran at batch 16" in reason([top, checked, other])
     assert "its loss could not be checked: no fp32 reference ran at batch 16" in reason([top, other])
+
+
+def test_kernels_left_to_inductor_under_compile_make_the_same_run():
+    space = default_space(GPU, 16)
+    norms = TuneConfig.from_dict({"precision": "bf16", "compile_mode": "default",
+                                  "fused_kernels": ["layer_norm", "rms_norm", "swiglu", "gelu"]})
+    every = norms.replace(fused_kernels=["layer_norm", "linear_cross_entropy"])
+    # Under compile (inductor-first) the norms, SwiGLU and GELU are left to Inductor: the same
+    # run as no kernels, or as the loss kernel alone; in eager every kernel swaps.
+    assert space.canonical(norms) == norms.replace(fused_kernels=[])
+    assert space.canonical(every).fused_kernels == ("linear_cross_entropy",)
+    eager = norms.replace(compile_mode="off")
+    assert space.canonical(eager) == eager
+    # A canonical form of a listed kernel set lies in the space (it can be recommended).
+    listed = next(v for v in space.values("fused_kernels") if "linear_cross_entropy" in v)
+    assert space.contains(space.canonical(norms.replace(fused_kernels=list(listed))))

@@ -97,9 +97,14 @@ class SearchSpace:
 
     def canonical(self, config: TuneConfig) -> TuneConfig:
         """One configuration per distinct run: options that do nothing in it (compile scope
-        without compile, checkpoint_every without every-n) are put back at their start value."""
+        without compile, checkpoint_every without every-n) are put back at their start value,
+        and under compile the fused kernels left to Inductor are dropped
+        (`TuneConfig.effective_kernels`): a set that differs only in those is the same run."""
         fixed = dict(self.fixed)
         changes = {}
+        effective = config.effective_kernels()
+        if effective != tuple(config.fused_kernels):
+            changes["fused_kernels"] = list(effective)
         if config.compile_mode == "off":
             changes["compile_scope"] = fixed.get("compile_scope", _default("compile_scope"))
             changes["compile_fullgraph"] = False
@@ -112,10 +117,17 @@ class SearchSpace:
     def contains(self, config: TuneConfig) -> bool:
         canonical = self.canonical(config)
         return canonical == config and all(
-            _plain(config[key]) in [_plain(v) for v in self.values(key)] or self._grown(key, config[key])
+            self._listed(key, config) or self._grown(key, config[key])
             for key in OPTIONS
             if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every")
         ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
+
+    def _listed(self, key: str, config: TuneConfig) -> bool:
+        """The option's value is one of the space's, as `canonical` would put it."""
+        values = self.values(key)
+        if key == "fused_kernels":
+            values = [self.canonical(config.replace(fused_kernels=v)).fused_kernels for v in values]
+        return _plain(config[key]) in [_plain(v) for v in values]
 
     def _grown(self, key: str, value: Any) -> bool:
         """A batch size that the search may reach by doubling the largest candidate."""
@@ -370,8 +382,8 @@ class History:
     def steering_best(self) -> TrialResult | None:
         """The best of the trials the stages reached (the incumbent), leaving out those
         measured aside."""
-        return bench.best([r for k, r in self.results.items()
-                           if k not in self.aside and r in self.eligible()])
+        aside = {id(self.results[k]) for k in self.aside}
+        return bench.best([r for r in self.eligible() if id(r) not in aside])
 
     def fits(self, result: TrialResult) -> bool:
         """False when the trial ran out of memory, was skipped as over the memory budget, or
@@ -447,26 +459,12 @@ class StagedSearch(SearchStrategy):
         found: list[TuneConfig] = []
         for combo in itertools.product(*axes):
             config = self._variant(incumbent, dict(zip(keys, combo)))
-            if config is None or not history.is_new(config) or config in found:
-                continue
-            if "fused_kernels" in keys and self._same_run_measured(config, history, found):
-                continue
-            found.append(config)
+            if config is not None and history.is_new(config) and config not in found:
+                found.append(config)
         if "fused_kernels" in keys:
             # Compiled before eager; with each, kernels before none.
             found.sort(key=lambda c: (c.compile_mode == "off", not c.fused_kernels))
         return found
-
-    @staticmethod
-    def _same_run_measured(config: TuneConfig, history: History, found: list[TuneConfig]) -> bool:
-        """True when a configuration that swaps the same kernels in (TuneConfig.
-        effective_kernels: under compile, those Inductor fuses are left to it) was measured
-        or is proposed already: the two would be the same run."""
-        runs = config.replace(fused_kernels=list(config.effective_kernels()))
-        return any(
-            other.replace(fused_kernels=list(other.effective_kernels())) == runs
-            for other in found + [TuneConfig.from_dict(r.config) for r in history.all()]
-        )
 
     def _memory_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
         """Per batch size, the next checkpointing mode to try: none first, then, only while the
