@@ -129,8 +129,15 @@ def main() -> int:
                           and app.session.last_step.step >= 3, "training again"):
             return
         old = app.session.worker_pid
+        crashes_before = sum(r.result.status == "crash" for r in app.session.rows)
         os.kill(old, signal.SIGKILL)
         killed = time.monotonic()
+        # Noticed: the run in flight has its crash row (the user sees it and a notification).
+        if not await wait(pilot, lambda: sum(r.result.status == "crash" for r in app.session.rows)
+                          > crashes_before, "crash row"):
+            return
+        checks["kill_noticed_s"] = round(time.monotonic() - killed, 3)
+        # Replaced: a new worker process is up (it then re-applies the configuration).
         if not await wait(pilot, lambda: app.session.worker_pid not in (None, old), "new worker"):
             return
         checks["kill_noticed_and_replaced_s"] = round(time.monotonic() - killed, 3)
