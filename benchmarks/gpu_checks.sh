@@ -12,6 +12,8 @@
 #             Llama of ~1B parameters: eager, kernels, compile, both (issue 7)     ~9 min
 #   hf        the Hugging Face Llama: eager, kernels, compile, both, then a search (issue 7) ~9 min
 #   hf-bench, hf-tune   the two halves of hf (~3.5 and ~7 min), to run on two GPUs at once
+#   hf-swiglu the Hugging Face Llama with RMSNorm alone and RMSNorm + SwiGLU, twice each,
+#             alternating: what the SwiGLU swap adds, side by side                ~4 min
 #   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
 #   lce       llama-1b with kernels + compile at linear+CE chunk sizes 1024..8192,
 #             alternating with compile alone (issue 3's end-to-end target)         ~6 min
@@ -19,8 +21,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|kernels|lce) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|kernels|lce" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -67,6 +69,14 @@ case "${1:-}" in
         --out /tmp/tune-hf.toml --json "$OUT/tune-hf-llama-1b.json" > "$OUT/tune-hf-llama-1b.log" 2>&1
       grep -v "^\[" "$OUT/tune-hf-llama-1b.log" | tail -25
     fi ;;
+  hf-swiglu)
+    # Alternating, so that drift between the first and last rows shows as noise, not as the swap.
+    c=benchmarks/configs
+    gputune bench --workload examples.hf_causal_lm:llama --device cuda --steps 10 \
+      --config $c/hf-llama-norms.toml --config $c/hf-llama-kernels.toml \
+      --config $c/hf-llama-norms.toml --config $c/hf-llama-kernels.toml \
+      --json "$OUT/bench-hf-llama-1b-swiglu.json" > "$OUT/bench-hf-llama-swiglu.log" 2>&1
+    tail -9 "$OUT/bench-hf-llama-swiglu.log" ;;
   llama)
     export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor GPUTUNE_HOME=/tmp/gputune-home
     # bf16, SDPA, fused AdamW and the batch held; compile x kernels searched: the single-family
