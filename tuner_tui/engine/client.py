@@ -60,6 +60,19 @@ def _real_stderr():
         sys.stderr = saved
 
 
+TRACKER_LEAK_WARNING = "ignore:resource_tracker:UserWarning"
+"""A -W option for multiprocessing's resource tracker process. A worker killed mid-compile
+(SIGKILL, a segfault, OOM killer) cannot unregister the semaphores of Inductor's compile pool;
+the tracker then cleans them up, as it should, but also prints a warning about "leaked
+semaphore objects" into the user's terminal when gputune exits. The tracker is started with the
+parent's -W options (sys.warnoptions), so the option has to be there before it starts."""
+
+
+def _quiet_resource_tracker() -> None:
+    if TRACKER_LEAK_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_LEAK_WARNING)
+
+
 class WorkerClient:
     """One worker process. Not thread-safe: use it from one thread (the UI's reader thread or the
     bench loop)."""
@@ -76,6 +89,7 @@ class WorkerClient:
     def start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
         # to its child: create the queues with the real stderr too.
+        _quiet_resource_tracker()
         with _real_stderr():
             self.commands = self._ctx.Queue()
             self.events = self._ctx.Queue()
