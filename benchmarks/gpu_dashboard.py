@@ -29,7 +29,8 @@ import psutil
 
 import strategies
 from tuner_tui.app.app import GputuneApp
-from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from tuner_tui.engine.client import WorkerClient
+from tuner_tui.engine.protocol import WorkerSpec
 
 OOM_BATCH = 2048
 """gpt2-124m at 2048 x 1024 tokens: the bf16 logits alone are over 200 GB."""

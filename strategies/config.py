@@ -211,13 +211,6 @@ class TuneConfig:
             if problem:
                 raise ConfigError(problem)
 
-    # -- the autocast helper users call in their own loops -------------------------------------
-    def autocast(self, device_type: str | None = None):
-        """`with cfg.autocast():` around the forward pass; a no-op for fp32/tf32."""
-        from strategies.precision import autocast_context
-
-        return autocast_context(self, device_type)
-
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value

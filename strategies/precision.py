@@ -6,8 +6,6 @@ unchanged. fp16's narrow range needs loss scaling: a GradScaler, unscaled before
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from strategies.config import ConfigError
@@ -30,12 +28,3 @@ def apply(run, config) -> None:
         "matmul": "tf32" if high else "fp32",
         "grad_scaler": run.scaler is not None,
     }
-
-
-def autocast_context(config, device_type: str | None = None):
-    """The context users wrap their forward pass in; a no-op for fp32 and tf32."""
-    dtype = AUTOCAST_DTYPES.get(config.precision)
-    if dtype is None:
-        return contextlib.nullcontext()
-    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.autocast(device_type, dtype=dtype)

@@ -161,14 +161,14 @@ def check_measure_options(args) -> None:
 
 
 def worker_spec(args):
-    from tuner_tui.engine.client import WorkerSpec
+    from tuner_tui.engine.protocol import WorkerSpec
 
     return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
                       seed=args.seed, sequence_length=args.seq_len)
 
 
 def cmd_bench(args) -> int:
-    from tuner_tui.engine import bench
+    from tuner_tui.engine import bench, runner, table
 
     check_run_options(args)
     check_measure_options(args)
@@ -190,7 +190,7 @@ def cmd_bench(args) -> int:
         results, environment, workload = bench.run_bench(
             plan, strict=strict, on_result=save_rows if args.json else None
         )
-    except bench.WorkerStartError as exc:
+    except runner.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     gpu = environment.get("gpu_name") or "CPU"
     print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} {workload['item_name']} per sample, "
@@ -199,17 +199,15 @@ def cmd_bench(args) -> int:
     # The results first: nothing measured is lost if printing fails.
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
-    print(bench.format_table(results, item_name=workload.get("item_name", "tokens")))
+    print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
     if args.json:
         print(f"wrote {args.json}")
-    top = bench.best(results)
+    top = runner.best(results)
     if args.export:
         if top is None:
             print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
             return 1
-        measured = {k: v for k, v in top.to_dict().items()
-                    if k in ("tokens_per_s", "samples_per_s", "step_ms", "mfu", "peak_memory_bytes",
-                             "compile_s", "loss_ok", "batch_size", "sequence_length")}
+        measured = top.measured()
         save(ExportedConfig(TuneConfig.from_dict(top.config), measured, environment,
                             workload["name"]), args.export)
         print(f"exported {top.label} to {args.export}")
@@ -217,7 +215,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from tuner_tui.engine import bench, search
+    from tuner_tui.engine import runner, search
     from tuner_tui.engine.store import ResultStore, StoreError
 
     check_run_options(args)
@@ -256,7 +254,7 @@ def cmd_tune(args) -> int:
         raise UsageError(str(exc)) from None
     try:
         outcome = search.Search(plan, store).run()
-    except bench.WorkerStartError as exc:
+    except runner.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
@@ -267,7 +265,7 @@ def cmd_tune(args) -> int:
           f"{environment.get('triton')}, driver {environment.get('driver')}; store {store.path}")
     print(search.report(outcome))
     if args.json:
-        search.write_json(args.json, outcome, plan)
+        search.write_json(args.json, outcome)
         print(f"wrote {args.json}")
     if search.export(outcome, args.out) is None:
         print("nothing exported", file=sys.stderr)

@@ -65,7 +65,7 @@ def test_bench_hands_over_each_row_as_it_is_measured():
 
     from strategies.config import TuneConfig
     from tuner_tui.engine import bench
-    from tuner_tui.engine.client import WorkerSpec
+    from tuner_tui.engine.protocol import WorkerSpec
 
     configs = [TuneConfig(), TuneConfig().replace(optimizer="foreach")]
     plan = bench.BenchPlan(WorkerSpec(workload="gpt2-tiny", device="cpu"), configs, steps=2,

@@ -12,8 +12,9 @@ import pytest
 from strategies import load
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
-from tuner_tui.engine import bench, search
-from tuner_tui.engine.client import WorkerSpec
+from tuner_tui.engine import bench, runner, search
+from tuner_tui.engine.reference import LOSS_CHECK_STEPS
+from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search import (
     History, Search, SearchPlan, StagedSearch, default_space, estimate_peak,
@@ -171,7 +172,7 @@ def test_checkpointing_is_tried_only_where_a_batch_does_not_fit_cheapest_mode_fi
 
 
 class CountingRunner:
-    """bench.run_one, counting the configurations that were really sent to a worker."""
+    """runner.run_one, counting the configurations that were really sent to a worker."""
 
     def __init__(self):
         self.sent: list[dict] = []
@@ -180,7 +181,7 @@ class CountingRunner:
     def __call__(self, client, config, plan, reference, progress, **kw):
         self.sent.append(config.to_dict())
         self.steps.append(plan.steps)
-        return bench.run_one(client, config, plan, reference, progress, **kw)
+        return runner.run_one(client, config, plan, reference, progress, **kw)
 
 
 @pytest.fixture
@@ -266,7 +267,7 @@ def test_the_reference_of_a_larger_batch_runs_only_the_steps_the_loss_check_comp
     # The fp32 reference at the start's batch (8) is also the baseline: full length. The one at
     # batch 16 stops at the loss check's 8 steps (1 warm-up + 7 measured).
     assert sent == [("fp32", 0, 12), ("bf16", 0, 12),
-                    ("fp32", 16, search.LOSS_CHECK_STEPS - 1), ("bf16", 16, 12)]
+                    ("fp32", 16, LOSS_CHECK_STEPS - 1), ("bf16", 16, 12)]
     checked = next(r for r in outcome.results if r.config["precision"] == "bf16"
                    and r.batch_size == 16)
     assert checked.loss_ok is True and checked.loss_max_rel_error is not None
@@ -300,7 +301,7 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
 def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
     from tuner_tui.engine.protocol import RunTrial, RunFailed, TrialFinished
 
-    client, _ = bench.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    client, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
     try:
         client.send(RunTrial({}, steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
         event = client.wait_event(120)

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from tuner_tui.engine import protocol as P
-from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from tuner_tui.engine.client import WorkerClient
+from tuner_tui.engine.protocol import WorkerSpec
 
 
 def _until(client, kinds, timeout=180):
@@ -195,11 +196,11 @@ def test_recompiles_past_the_limit_are_reported(worker):
 
 
 def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_timed():
-    from tuner_tui.engine import bench
+    from tuner_tui.engine import runner
 
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu")
-    current, _ = bench.start_worker(spec)
-    next_worker = bench.NextWorker(spec)
+    current, _ = runner.start_worker(spec)
+    next_worker = runner.NextWorker(spec)
     try:
         next_worker.begin(current)
         current.send(P.RunTrial({}, steps=3, warmup_steps=2))
@@ -222,16 +223,16 @@ def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_ti
 
 
 def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
-    from tuner_tui.engine import bench
+    from tuner_tui.engine import runner
 
-    current, _ = bench.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
-    next_worker = bench.NextWorker(WorkerSpec(workload="no_such_module:nothing", device="cpu"))
+    current, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    next_worker = runner.NextWorker(WorkerSpec(workload="no_such_module:nothing", device="cpu"))
     try:
         next_worker.begin(current)
         current.send(P.RunTrial({}, steps=2, warmup_steps=1))
         done, _ = _until(current, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
-        with pytest.raises(bench.WorkerStartError):
+        with pytest.raises(runner.WorkerStartError):
             next_worker.take()
     finally:
         current.stop()

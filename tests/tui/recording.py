@@ -50,7 +50,8 @@ def load_recording(path: Path = DATA) -> list:
 def record(configs: list[dict], steps_after_trial: int = 10) -> list:
     """Drive a real CPU worker through `configs`; each run until its TrialFinished (or failure)
     and `steps_after_trial` more steps."""
-    from tuner_tui.engine.client import WorkerClient, WorkerSpec
+    from tuner_tui.engine.client import WorkerClient
+    from tuner_tui.engine.protocol import WorkerSpec
 
     client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
     client.start()

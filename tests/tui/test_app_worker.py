@@ -16,7 +16,8 @@ from strategies.config import TuneConfig
 from tui_fakes import async_test, wait_for
 from tuner_tui.app.app import GputuneApp
 from tuner_tui.app.screens.export import ExportScreen
-from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from tuner_tui.engine.client import WorkerClient
+from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.telemetry import TelemetrySampler
 
 SPEC = WorkerSpec(workload="gpt2-tiny", device="cpu")

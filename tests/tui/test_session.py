@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from strategies.config import TuneConfig
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.session import Session
 from tuner_tui.app.widgets.bars import bar
 from tuner_tui.app.widgets.leaderboard import sorted_rows

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from strategies.config import TuneConfig
-    from tuner_tui.engine.client import WorkerSpec
+    from tuner_tui.engine.protocol import WorkerSpec
 
 
 def run_dashboard(spec: "WorkerSpec", start_config: "TuneConfig | None" = None) -> int:

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
 from strategies.config import ConfigError, ExportedConfig, TuneConfig, save
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
@@ -49,18 +49,6 @@ class TelemetrySampled(Message):
     def __init__(self, sample: Any) -> None:
         super().__init__()
         self.sample = sample
-
-
-def measured_figures(result: protocol.TrialResult) -> dict:
-    """The [measured] table of an exported file."""
-    keys = (
-        "status", "tokens_per_s", "samples_per_s", "step_ms", "step_ms_min", "step_ms_max",
-        "mfu", "mfu_peak_tflops", "mfu_peak_source", "peak_memory_bytes", "peak_reserved_bytes",
-        "compile_s", "warmup_s", "measured_steps", "batch_size", "sequence_length", "device",
-        "loss_ok", "loss_max_rel_error",
-    )
-    d = result.to_dict()
-    return {k: d[k] for k in keys if d.get(k) not in (None, "")}
 
 
 def _default_sampler():
@@ -500,13 +488,13 @@ class GputuneApp(App[int]):
         if row is not None:
             config = TuneConfig.from_dict(row.result.config)
             what = f"run {row.number}: {row.result.label} ({row.result.status})"
-            return what, ExportedConfig(config, measured_figures(row.result), environment, workload)
+            return what, ExportedConfig(config, row.result.measured(), environment, workload)
         if self.session.run_config:
             config = TuneConfig.from_dict(self.session.run_config)
         else:
             config = self.last_requested or self.toggles.applied
         result = self.session.current_result()
-        measured = measured_figures(result) if result is not None else {}
+        measured = result.measured() if result is not None else {}
         return f"current configuration: {config.label()}", ExportedConfig(config, measured, environment, workload)
 
     def action_export(self) -> None:

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     width, _, height = args.size.partition("x")
 
     from tuner_tui.app.app import GputuneApp
-    from tuner_tui.engine.client import WorkerClient, WorkerSpec
+    from tuner_tui.engine.client import WorkerClient
+    from tuner_tui.engine.protocol import WorkerSpec
 
     spec = WorkerSpec(workload=args.workload, device=args.device)
     app = GputuneApp(lambda: WorkerClient(spec), subtitle=f"{spec.workload} · {spec.device}")

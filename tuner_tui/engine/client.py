@@ -13,28 +13,10 @@ import queue
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from tuner_tui.engine import protocol
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What the worker trains: everything it needs to build the run, as plain values."""
-
-    workload: str = "auto"
-    device: str = "auto"
-    data: str | None = None
-    seed: int = 0
-    sequence_length: int | None = None
-    fault_injection: str | None = None
-    """Test hook: "oom" makes every build raise torch's real OutOfMemoryError path;
-    "oom-above:N" does so only for batch sizes above N, and "oom-above:N:fp32" only for those
-    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does)."""
-    environ: tuple[tuple[str, str], ...] = ()
-    """Environment variables set in the worker before it imports torch (e.g. the Inductor
-    cache directory that the search's trials share)."""
+from tuner_tui.engine.protocol import WorkerSpec
 
 
 def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:

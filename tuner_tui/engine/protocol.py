@@ -12,6 +12,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# -- what a worker trains -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the worker trains: everything it needs to build the run, as plain values."""
+
+    workload: str = "auto"
+    device: str = "auto"
+    data: str | None = None
+    seed: int = 0
+    sequence_length: int | None = None
+    fault_injection: str | None = None
+    """Test hook: "oom" makes every build raise torch's real OutOfMemoryError path;
+    "oom-above:N" does so only for batch sizes above N, and "oom-above:N:fp32" only for those
+    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does)."""
+    environ: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the worker before it imports torch (e.g. the Inductor
+    cache directory that the search's trials share)."""
+
+
 # -- commands (UI -> worker) ----------------------------------------------------------------------
 
 
@@ -99,6 +120,15 @@ class StepMeasured:
     wall_time: float
 
 
+MEASURED_KEYS = (
+    "status", "tokens_per_s", "samples_per_s", "step_ms", "step_ms_min", "step_ms_max",
+    "mfu", "mfu_peak_tflops", "mfu_peak_source", "peak_memory_bytes", "peak_reserved_bytes",
+    "compile_s", "warmup_s", "measured_steps", "batch_size", "sequence_length", "device",
+    "loss_ok", "loss_max_rel_error",
+)
+"""The figures of a `TrialResult` that travel with an exported configuration."""
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """One configuration's measured figures; the row of the leaderboard and of `bench --json`."""
@@ -141,6 +171,12 @@ class TrialResult:
         d = asdict(self)
         d["losses"] = list(self.losses)
         return d
+
+    def measured(self) -> dict[str, Any]:
+        """The figures an exported file's [measured] table holds (`MEASURED_KEYS`), known ones
+        only."""
+        d = self.to_dict()
+        return {k: d[k] for k in MEASURED_KEYS if d.get(k) not in (None, "")}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrialResult":

@@ -21,13 +21,13 @@ import strategies
 from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine.mfu import Peak, peak_for
 from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.workloads import Workload
 
 # Relative difference from the fp32 eager reference allowed per precision, over the first
 # LOSS_CHECK_STEPS steps. fp32 differs only by summation order (compile, SDPA vs manual);
 # tf32 keeps 10 mantissa bits; bf16 keeps 7.
 LOSS_TOLERANCE = {"fp32": 2e-3, "tf32": 1e-2, "bf16": 3e-2, "fp16": 3e-2}
-LOSS_CHECK_STEPS = 8
 HOST_AHEAD = 2
 
 

@@ -18,7 +18,8 @@ import traceback
 
 from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine import protocol
-from tuner_tui.engine.client import WorkerSpec
+from tuner_tui.engine.protocol import WorkerSpec
+from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
 
 
 QUIET_WAIT_S = 120.0
@@ -29,7 +30,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec, commands, events, quiet=None) -> None:
         self.spec, self.commands, self.events = spec, commands, events
         self.quiet = quiet
-        """Set by the parent while no other gputune process is starting (see bench.NextWorker):
+        """Set by the parent while no other gputune process is starting (see runner.NextWorker):
         measured steps begin only then."""
         # Re-parented (to init or a subreaper) means the parent is gone: exit then.
         self.parent_pid = os.getppid()
@@ -174,14 +175,13 @@ class Worker:
         same with full checkpointing (which recomputes but computes the same losses); where
         that does too, () and the run's loss goes unchecked: a reference that does not fit must
         not stop a configuration that would."""
-        from tuner_tui.engine.trial import LOSS_CHECK_STEPS, classify
+        from tuner_tui.engine.trial import classify
 
         batch_size = config.batch_size or self.workload.default_batch_size
         key = (batch_size, config.grad_clip)
         if key in self.references:
             return self.references[key]
-        plain = TuneConfig.reference(batch_size).replace(grad_clip=config.grad_clip)
-        for reference in (plain, plain.replace(checkpointing="full")):
+        for reference in reference_configs(config.replace(batch_size=batch_size)):
             trainer = self._trainer(reference, warmup=LOSS_CHECK_STEPS, reference=())
             try:
                 self._build_trainer(trainer)

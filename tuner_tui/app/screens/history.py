@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 
 
 def _when(created: float) -> str:

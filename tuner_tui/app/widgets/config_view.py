@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from strategies.registry import OPTIONS
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.session import Row
 
 

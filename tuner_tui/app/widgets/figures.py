@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.session import Session
 
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.widgets.bars import bar, level_style
 from tuner_tui.engine.telemetry import TelemetrySample
 

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from tuner_tui.app import format as fmt
+from tuner_tui import format as fmt
 from tuner_tui.app.session import Row, Session
 
 STATUS_STYLE = {"ok": "green", "loss-mismatch": "yellow"}

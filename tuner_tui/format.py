@@ -1,4 +1,5 @@
-"""How figures are written on screen: short, fixed-width-friendly, "—" for unknown."""
+"""How figures are written: on the dashboard (short, fixed-width-friendly, "—" for unknown) and in
+the tables and progress lines of `bench` and `tune`. Torch-free; the one place numbers are formatted."""
 
 from __future__ import annotations
 
@@ -64,3 +65,25 @@ def loss(value: float | None) -> str:
     if value != value:  # NaN
         return "nan"
     return f"{value:.4g}"
+
+
+def si(value: float) -> str:
+    """Throughput in tables and progress lines, one decimal more than `rate`: 504.2k, 1.21M."""
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def gib(num_bytes: int | float | None, unit: bool = True) -> str:
+    """Bytes as GiB with two decimals ("1.50 GiB"; "1.50" with unit=False, for table columns)."""
+    if num_bytes is None:
+        return "-"
+    return f"{num_bytes / 2**30:.2f}" + (" GiB" if unit else "")
+
+
+def clock(seconds: float) -> str:
+    """Elapsed time as 3m07s."""
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"

@@ -1,0 +1,32 @@
+"""The fp32 eager reference that every configuration's losses are checked against.
+
+One place for what the worker, `bench` and `tune` each need to know about it: how many steps are
+compared, which configurations compute the reference themselves, what a reference is keyed by,
+and which configurations can stand in for it. Torch-free (the parent processes use it).
+"""
+
+from __future__ import annotations
+
+from strategies.config import TuneConfig
+
+LOSS_CHECK_STEPS = 8
+"""Losses compared with the reference, from the first step on."""
+
+
+def computes_reference(config: TuneConfig) -> bool:
+    """Computes what the fp32 eager reference computes (attention, optimizer implementation
+    and checkpointing change how, not what), so its own losses are the reference."""
+    return config.precision == "fp32" and config.compile_mode == "off" and not config.fused_kernels
+
+
+def reference_key(config: TuneConfig, default_batch: int) -> tuple[int, float]:
+    """Batch size and gradient clipping: both change the losses a configuration must match."""
+    return (config.batch_size or default_batch, config.grad_clip)
+
+
+def reference_configs(config: TuneConfig) -> tuple[TuneConfig, TuneConfig]:
+    """The configurations that compute `config`'s reference, in the order to try them: plain,
+    then with full checkpointing (which recomputes but computes the same losses) where plain
+    does not fit."""
+    plain = TuneConfig.reference(config.batch_size).replace(grad_clip=config.grad_clip)
+    return plain, plain.replace(checkpointing="full")

@@ -1,0 +1,183 @@
+"""Running one trial in a worker process: start a worker, give the next trial's worker a head
+start, send a `RunTrial` and collect its result.
+
+`bench` and `tune` both run their trials through here. Torch-free: the worker processes import
+torch, the parent does not.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import Capabilities
+from tuner_tui.engine import protocol
+from tuner_tui.engine.client import WorkerClient
+from tuner_tui.engine.protocol import WorkerSpec
+from tuner_tui.engine.progress import Progress
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """How long one trial runs: measured steps after the warm-up, and a wall-clock limit."""
+
+    steps: int = 20
+    warmup_steps: int = 5
+    trial_timeout_s: float = 900.0
+
+
+class WorkerStartError(Exception):
+    """The worker could not build the workload (bad --workload or --data): a user error."""
+
+
+def start_worker(spec: WorkerSpec, timeout: float = 300.0) -> tuple[WorkerClient, protocol.WorkerReady]:
+    client = WorkerClient(spec)
+    client.start()
+    event = client.wait_event(timeout)
+    while event is not None and not isinstance(event, (protocol.WorkerReady, protocol.RunFailed)):
+        event = client.wait_event(timeout)
+    if isinstance(event, protocol.WorkerReady):
+        return client, event
+    client.stop()
+    if isinstance(event, protocol.RunFailed):
+        raise WorkerStartError(event.message)
+    raise WorkerStartError(f"the worker did not start (exit code {client.exitcode()})")
+
+
+class NextWorker:
+    """Starts the next trial's worker while the current trial builds, compiles and warms up.
+
+    A worker's start (importing torch, creating a CUDA context, building the workload) costs
+    seconds; a trial runs in a fresh process, so without this every trial pays it in turn.
+    The current trial's measured steps are held (`WorkerClient.hold_measurement`) until the
+    next worker is up, so that no process start overlaps a measurement."""
+
+    def __init__(self, spec: WorkerSpec, start_timeout: float = 300.0) -> None:
+        self.spec = spec
+        self.start_timeout = start_timeout
+        self._client: WorkerClient | None = None
+        self._thread: threading.Thread | None = None
+        self._ready: protocol.WorkerReady | None = None
+
+    def begin(self, current: WorkerClient) -> None:
+        """Start the next worker; `current`'s measured steps wait until it is up (or failed)."""
+        self.close()
+        current.hold_measurement()
+        client = WorkerClient(self.spec)
+        try:
+            client.start()
+        except Exception:  # no head start then: `take` starts one the usual way and says why
+            current.release_measurement()
+            return
+        self._client, self._ready = client, None
+
+        def watch() -> None:
+            try:
+                event = client.wait_event(self.start_timeout)
+                while event is not None and not isinstance(
+                    event, (protocol.WorkerReady, protocol.RunFailed)
+                ):
+                    event = client.wait_event(self.start_timeout)
+                if isinstance(event, protocol.WorkerReady):
+                    self._ready = event
+            finally:
+                current.release_measurement()
+
+        self._thread = threading.Thread(target=watch, name="gputune-next-worker", daemon=True)
+        self._thread.start()
+
+    def keep(self, client: WorkerClient, ready: protocol.WorkerReady) -> None:
+        """Hold a worker that is already up, for the next `take`."""
+        self.close()
+        self._client, self._ready = client, ready
+
+    def is_ready(self) -> bool:
+        return self._ready is not None
+
+    def take(self) -> tuple[WorkerClient, protocol.WorkerReady]:
+        """The worker started by `begin`, once ready; a fresh one if none was started or it
+        failed to start."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        client, ready = self._client, self._ready
+        self._client = self._ready = None
+        if client is not None and ready is not None and client.is_alive():
+            return client, ready
+        if client is not None:
+            client.stop()
+        return start_worker(self.spec, self.start_timeout)
+
+    def close(self) -> None:
+        """Stop a worker started and not taken."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._client is not None:
+            self._client.stop()
+        self._client = self._ready = None
+
+
+def run_one(
+    client: WorkerClient,
+    config: TuneConfig,
+    plan: TrialPlan,
+    reference: tuple[float, ...],
+    progress: Progress,
+    stop_if_slower_than_ms: float | None = None,
+) -> protocol.TrialResult:
+    client.send(protocol.RunTrial(config.to_dict(), plan.steps, plan.warmup_steps, reference,
+                                  stop_if_slower_than_ms=stop_if_slower_than_ms))
+    deadline = time.monotonic() + plan.trial_timeout_s
+    progress.set("building")
+    measured = 0
+    while time.monotonic() < deadline:
+        event = client.wait_event(0.25)
+        progress.tick()
+        if event is None:
+            if not client.is_alive():
+                return protocol.TrialResult(
+                    config=config.to_dict(), label=config.label(), status="crash",
+                    message=f"the worker process died (exit code {client.exitcode()})",
+                )
+            continue
+        if isinstance(event, protocol.CompileStarted):
+            progress.set("compiling")
+        elif isinstance(event, protocol.StepMeasured):
+            if event.step >= plan.warmup_steps:
+                measured += 1
+                progress.set("measuring", f"{measured}/{plan.steps}")
+            else:
+                progress.set("warming up")
+        elif isinstance(event, protocol.TrialFinished):
+            return event.result
+        elif isinstance(event, protocol.RunFailed):
+            if event.result is not None:
+                return event.result
+            return protocol.TrialResult(
+                config=config.to_dict(), label=config.label(), status=event.kind,
+                message=event.message,
+            )
+    return protocol.TrialResult(
+        config=config.to_dict(), label=config.label(), status="crash",
+        message=f"no result within {plan.trial_timeout_s:.0f} s; the worker was stopped",
+    )
+
+
+def runnable(configs: list[TuneConfig], caps: Capabilities) -> tuple[list[TuneConfig], list[str]]:
+    keep, skipped = [], []
+    for config in configs:
+        try:
+            config.check_runnable(caps)
+            keep.append(config)
+        except ConfigError as exc:
+            skipped.append(f"{config.label()}: {exc}")
+    return keep, skipped
+
+
+def best(results: list[protocol.TrialResult]) -> protocol.TrialResult | None:
+    """The fastest configuration that ran and kept the reference's loss."""
+    good = [r for r in results if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False]
+    return max(good, key=lambda r: r.tokens_per_s) if good else None

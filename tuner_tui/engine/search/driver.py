@@ -1,0 +1,332 @@
+"""`gputune tune`: search the configurations for the fastest one that keeps the loss.
+
+The search runs in the parent process, which imports no torch. Every trial runs in a fresh worker
+process (`runner.run_one`), so a trial that runs out of memory, diverges, fails to compile or
+kills its process is marked and the search goes on. Around the trials:
+
+- the space (`space.py`): each option restricted to what this machine can run;
+- a strategy (`staged.py`) proposes configurations in rounds from the results so far;
+- a memory budget: a trial whose estimated peak (`memory.estimate_peak`) exceeds it is skipped
+  before it runs; a time budget: no trial starts after it;
+- early stop: a trial clearly slower than the best so far is stopped after a few measured steps;
+- the result store: a trial measured before on this machine is reused, not run again;
+- one Inductor cache directory under the gputune home shared by every trial;
+- a correctness gate: only a trial that ran (`ok`) and kept the fp32 reference's loss can be
+  recommended (`report.py` says why it won).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, TextIO
+
+from strategies.config import TuneConfig
+from strategies.registry import Capabilities
+from tuner_tui import format as fmt
+from tuner_tui.engine.protocol import WorkerSpec
+from tuner_tui.engine.progress import Progress
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference import (
+    LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
+)
+from tuner_tui.engine.runner import (
+    NextWorker, TrialPlan, WorkerStartError, best, run_one, start_worker,
+)
+from tuner_tui.engine.search.memory import (
+    checkpoint_ratios, estimate_peak, measured_peak, pareto_front,
+)
+from tuner_tui.engine.search.report import SearchOutcome, explain
+from tuner_tui.engine.search.space import SearchSpace, default_space
+from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
+from tuner_tui.engine.store import ResultStore, gputune_home
+from tuner_tui.engine.table import summary
+
+TRIAL_GRACE_S = 300.0
+"""The least time a trial started inside the time budget is given before it is stopped."""
+
+REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "stopped")
+"""Statuses of stored trials that a later search reuses. A crash (a dead process, a timeout) may
+not happen again, so it is measured again."""
+
+@dataclass
+class SearchPlan:
+    spec: WorkerSpec
+    steps: int = 20
+    warmup_steps: int = 5
+    max_memory_bytes: int | None = None
+    """None: the GPU's memory, or the available RAM on the CPU."""
+    budget_s: float | None = None
+    """No trial starts after this many seconds; None: no limit."""
+    trial_timeout_s: float = 900.0
+    fixed: dict = field(default_factory=dict)
+    """Options held at one value (`--set`)."""
+    choices: dict = field(default_factory=dict)
+    """Candidate values replacing the default ones per option (`--search`)."""
+    compare: list = field(default_factory=list)
+    """Configurations (TuneConfig) measured first, side by side with the search, such as the
+    one the user trains with now; the report gives the recommendation's speed against each."""
+    early_stop_ratio: float = 1.5
+    """A trial whose throughput after a few steps is below the best's divided by this stops."""
+    early_stop_after: int = 3
+
+
+class Search:
+    """One run of the search. `runner` runs one trial in a worker (run_one; tests count
+    the trials through it)."""
+
+    def __init__(
+        self,
+        plan: SearchPlan,
+        store: ResultStore,
+        out: TextIO = sys.stdout,
+        strategy: Callable[[SearchSpace], SearchStrategy] = StagedSearch,
+        runner: Callable[..., TrialResult] = run_one,
+        on_trial: Callable[[TrialResult, str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.store = store
+        self.out = out
+        self.make_strategy = strategy
+        self.runner = runner
+        self.on_trial = on_trial
+        self.progress = Progress(out)
+        environ = {**compile_cache_environ(), **dict(plan.spec.environ)}
+        self.spec = replace(plan.spec, environ=tuple(environ.items()))
+        self.counts = {"ran": 0, "reused": 0, "skipped": 0}
+        self.order: list[TrialResult] = []
+        self.out_of_time = False
+        self._next = NextWorker(self.spec)
+        self.compared: list[TrialResult] = []
+        self._pending = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        self.started = time.monotonic()
+        client, ready = start_worker(self.spec)
+        self._next.keep(client, ready)  # the first trial runs in the worker that described the machine
+        try:
+            self.caps = Capabilities(**ready.capabilities)
+            self.environment = ready.environment
+            self.workload = ready.workload
+            self.default_batch = self.workload["default_batch_size"]
+            self.workload_key = workload_key(self.workload, self.spec)
+            self.space = default_space(
+                self.caps, self.default_batch, self.plan.fixed, self.plan.choices
+            )
+            self.space.start().check_runnable(self.caps)
+            self.budget_bytes = (
+                self.plan.max_memory_bytes or default_memory_budget(self.environment)
+            )
+            self.history = History(self.space, self.budget_bytes)
+            self.strategy = self.make_strategy(self.space)
+            print(f"searching {self.space.describe() or 'one configuration'} "
+                  f"(memory budget {fmt.gib(self.budget_bytes)}"
+                  + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
+                  + ")", file=self.out, flush=True)
+            for config in self.plan.compare:
+                config.check_runnable(self.caps)
+            self.compared = [self.evaluate(self.space.canonical(c), aside=True)
+                             for c in self.plan.compare]
+            while not self.out_of_time:
+                round_ = self.strategy.propose(self.history)
+                if not round_:
+                    break
+                for i, config in enumerate(round_):
+                    self._pending = len(round_) - i - 1
+                    if self._time_left() <= 0:
+                        self.out_of_time = True
+                        print(f"time budget of {self.plan.budget_s / 60:g} min reached; "
+                              "the remaining trials were not run", file=self.out, flush=True)
+                        break
+                    self.evaluate(config)
+        finally:
+            self._next.close()
+        return self._outcome()
+
+    def _time_left(self) -> float:
+        if not self.plan.budget_s:
+            return math.inf
+        return self.plan.budget_s - (time.monotonic() - self.started)
+
+    def evaluate(self, config: TuneConfig, use_estimate: bool = True, aside: bool = False) -> TrialResult:
+        """Decide one configuration: reuse it from this search or the store, skip it by the
+        memory estimate, or run it in a fresh worker."""
+        done = self.history.get(config)
+        if done is not None:
+            return done
+        steps = self._steps_for(config)
+        stored = self.store.lookup(self.workload_key, config.to_dict(), steps,
+                                   self.plan.warmup_steps, self.environment)
+        if stored is not None and stored.result.status in REUSABLE:
+            self._begin(config)
+            self.progress.end(
+                "skipped as measured (in the store): " + summary(stored.result)
+            )
+            return self._decided(config, stored.result, "reused", aside)
+        # The estimate first: a configuration that will not run needs no reference either.
+        estimate = estimate_peak(config, self.history.all(), self.default_batch)
+        if use_estimate and estimate is not None and estimate > self.budget_bytes:
+            result = TrialResult(
+                config=config.to_dict(), label=config.label(), status="skipped",
+                workload=self.workload["name"], device=self.caps.device,
+                batch_size=config.batch_size or self.default_batch,
+                message=f"estimated peak {fmt.gib(estimate)} > memory budget {fmt.gib(self.budget_bytes)}",
+            )
+            self._begin(config)
+            self.progress.end(f"skipped: {result.message}")
+            return self._decided(config, result, "skipped", aside)
+        reference = self._reference_for(config)
+        self._begin(config)
+        result = self._run(config, reference, steps)
+        self.store.record(result, self.environment, self.workload_key, steps,
+                          self.plan.warmup_steps)
+        self.progress.end(summary(result) + _compile_note(result))
+        return self._decided(config, result, "ran", aside)
+
+    def _begin(self, config: TuneConfig) -> None:
+        index = len(self.order) + 1
+        total = index + self._pending + self.strategy.remaining(self.history)
+        best = self.history.best()
+        note = fmt.clock(time.monotonic() - self.started) + " elapsed"
+        if best is not None:
+            note += f", best {fmt.si(best.tokens_per_s)} tokens/s"
+        self.progress.begin(index, total, config.label(), note)
+
+    def _decided(self, config: TuneConfig, result: TrialResult, how: str,
+                 aside: bool = False) -> TrialResult:
+        self.history.add(config, result, aside)
+        self.order.append(result)
+        self.counts[how] += 1
+        if self.on_trial is not None:
+            self.on_trial(result, how)
+        return result
+
+    def _steps_for(self, config: TuneConfig) -> int:
+        """Measured steps for this trial. The fp32 reference of a batch size other than the
+        baseline's is run only for its losses, so it stops once it has the steps the loss check
+        compares (with fp32 eager at a large batch, a full trial would cost tens of seconds)."""
+        start_batch = self.space.start().batch_size
+        if config.batch_size != start_batch and computes_reference(config):
+            return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
+        return self.plan.steps
+
+    def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int) -> TrialResult:
+        try:
+            client, _ = self._next.take()
+        except WorkerStartError as exc:
+            return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
+                               message=f"the worker did not start: {exc}")
+        # The next trial's worker starts now; this trial's measured steps wait until it is up.
+        self._next.begin(client)
+        # A trial that starts inside the time budget may finish past it: cut at the budget's
+        # end, a compiled trial of a large batch would be lost (seen on the H200: an HF Llama
+        # at batch 16 killed after 60 s, its fp32 reference too).
+        timeout = min(self.plan.trial_timeout_s, max(self._time_left(), TRIAL_GRACE_S))
+        plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
+                         trial_timeout_s=timeout)
+        try:
+            return self.runner(client, config, plan, reference, self.progress,
+                               stop_if_slower_than_ms=self._early_stop_ms(config, reference))
+        finally:
+            client.stop()
+
+    def _early_stop_ms(self, config: TuneConfig, reference: tuple[float, ...]) -> float | None:
+        """The step time above which this configuration is clearly slower than the best so far;
+        None for reference runs (their losses are needed whole) and short trials."""
+        best = self.history.best()
+        if best is None or not reference or self.plan.steps <= self.plan.early_stop_after:
+            return None
+        batch = config.batch_size or self.default_batch
+        tokens_per_step = batch * self.workload["items_per_sample"]
+        slowest_tokens_per_s = best.tokens_per_s / self.plan.early_stop_ratio
+        return tokens_per_step / slowest_tokens_per_s * 1e3
+
+    def _reference_for(self, config: TuneConfig) -> tuple[float, ...]:
+        """The fp32 eager losses for this configuration's batch size and gradient clipping: from
+        any measured run that computes the reference (the baseline, say), else from
+        `TuneConfig.reference` run first (with full checkpointing, which leaves the losses
+        unchanged, when plain would not fit). () for a configuration that is its own reference,
+        or when no reference could run."""
+        if computes_reference(config):
+            return ()
+        for result in self.history.all():
+            done = TuneConfig.from_dict(result.config)
+            if (result.status == "ok" and result.losses and computes_reference(done)
+                    and reference_key(done, 0) == reference_key(config, 0)):
+                return tuple(result.losses[:LOSS_CHECK_STEPS])
+        plain, checkpointed = reference_configs(config)
+        for reference in (plain, checkpointed):
+            result = self.history.get(reference)
+            if result is None:
+                # Checkpointing's saving is estimated from measured pairs; with none measured the
+                # estimate assumes no saving, so the checkpointed reference is tried instead (an
+                # OOM costs one short trial; an unchecked loss would cost the correctness gate).
+                trust = reference == plain or self._checkpoint_saving_measured("full")
+                estimate = estimate_peak(reference, self.history.all(), self.default_batch)
+                if trust and estimate is not None and estimate > self.budget_bytes:
+                    continue
+                result = self.evaluate(reference, use_estimate=trust)
+            if result.status == "ok" and result.losses:
+                return tuple(result.losses[:LOSS_CHECK_STEPS])
+        return ()
+
+    def _checkpoint_saving_measured(self, mode: str) -> bool:
+        known = [(TuneConfig.from_dict(r.config), r) for r in self.history.all() if measured_peak(r)]
+        return bool(checkpoint_ratios(mode, known, lambda c: c.batch_size or self.default_batch))
+
+    # -- the outcome ---------------------------------------------------------------------------
+    def _outcome(self) -> SearchOutcome:
+        results = list(self.order)
+        eligible = self.history.eligible()
+        ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
+        ranked += [r for r in results if not any(r is x for x in ranked)]
+        top = best(eligible)
+        outcome = SearchOutcome(
+            results=results, ranked=ranked, eligible=len(eligible), front=pareto_front(eligible),
+            recommendation=top,
+            reason="", environment=self.environment, workload=self.workload,
+            workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
+            ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
+            out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
+            compared=list(self.compared), steps=self.plan.steps,
+            warmup_steps=self.plan.warmup_steps,
+        )
+        outcome.reason = explain(outcome)
+        return outcome
+
+
+def _compile_note(result: TrialResult) -> str:
+    if result.status in ("ok", "stopped") and result.compile_s is not None:
+        return f", first step {result.compile_s:.1f} s"
+    return ""
+
+
+def compile_cache_environ() -> dict[str, str]:
+    """One Inductor cache for every trial (and every search) on this machine, under the gputune
+    home so it outlives /tmp; the FX graph and AOT autograd caches switched on explicitly. A
+    variable the user already set is left alone."""
+    wanted = {
+        "TORCHINDUCTOR_CACHE_DIR": str(gputune_home() / "inductor"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+    return {k: v for k, v in wanted.items() if k not in os.environ}
+
+
+def workload_key(workload: dict, spec: WorkerSpec) -> str:
+    """What makes two runs of a workload the same: its name, sequence length, seed and data."""
+    data = f"data={Path(spec.data).resolve()}" if spec.data else "synthetic"
+    return f"{workload['name']} seq={workload['items_per_sample']} seed={spec.seed} {data}"
+
+
+def default_memory_budget(environment: dict) -> int:
+    if environment.get("gpu_memory_bytes"):
+        return int(environment["gpu_memory_bytes"])
+    import psutil
+
+    return int(psutil.virtual_memory().available)

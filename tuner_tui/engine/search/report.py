@@ -1,0 +1,167 @@
+"""The outcome of a search and how it is told: why the recommendation won, the printed report,
+the JSON, and the exported file. Torch-free."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from strategies.config import ExportedConfig, TuneConfig, save
+from tuner_tui import format as fmt
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.search.memory import measured_peak
+from tuner_tui.engine.search.space import SearchSpace
+from tuner_tui.engine.table import format_table
+
+
+@dataclass
+class SearchOutcome:
+    results: list[TrialResult]
+    """Every trial decided, in order: measured, reused from the store, skipped."""
+    ranked: list[TrialResult]
+    """The trials that may be recommended, fastest first (`eligible` of them), then the rest."""
+    eligible: int
+    front: list[TrialResult]
+    recommendation: TrialResult | None
+    reason: str
+    environment: dict
+    workload: dict
+    workload_key: str
+    space: SearchSpace
+    budget_bytes: int
+    ran: int = 0
+    reused: int = 0
+    skipped: int = 0
+    out_of_time: bool = False
+    elapsed_s: float = 0.0
+    compared: list[TrialResult] = field(default_factory=list)
+    """The results of `SearchPlan.compare`, in its order."""
+    steps: int = 0
+    warmup_steps: int = 0
+    """Measured and warm-up steps per trial."""
+
+    def baseline(self) -> TrialResult | None:
+        return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
+
+
+def is_fp32_eager(r: TrialResult) -> bool:
+    changed = TuneConfig.from_dict(r.config).changed()
+    return set(changed) <= {"batch_size", "grad_clip"}
+
+
+def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) -> TrialResult | None:
+    """A trial of the same numerics as `top` (every option but batch size and checkpointing)
+    whose loss check passed."""
+    same = {"batch_size": 0, "checkpointing": "off", "checkpoint_every": 0}
+
+    def numerics(r: TrialResult) -> dict:
+        return {**r.config, **same}
+
+    return next((r for r in results if r.loss_ok and numerics(r) == numerics(top)), None)
+
+
+def explain(outcome: SearchOutcome) -> str:
+    """Why the recommendation won, in one sentence for the exported file."""
+    top = outcome.recommendation
+    if top is None:
+        return ("no configuration of the space ran within the memory budget and kept the fp32 "
+                "reference's loss")
+    eligible = outcome.ranked[:outcome.eligible]
+    parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
+             "that ran and kept the loss"]
+    if is_fp32_eager(top):
+        parts[0] += " (it is the fp32 eager reference itself)"
+    elif top.loss_ok:
+        parts[0] += (f" (within {top.loss_max_rel_error:.1e} of the fp32 reference, tolerance "
+                     f"{top.loss_tolerance:.1%} for {top.config['precision']})")
+    elif top.loss_ok is None:
+        checked = _checked_at_another_batch(top, outcome.results)
+        if checked is not None:
+            # Batch size and checkpointing leave the numerics alone: the same precision,
+            # compile and kernels kept the loss at another batch size.
+            parts[0] += (f" (its loss checked at batch {checked.batch_size}: within "
+                         f"{checked.loss_max_rel_error:.1e} of the fp32 reference; no fp32 "
+                         f"reference ran at batch {top.batch_size})")
+        else:
+            parts[0] += (f" (its loss could not be checked: no fp32 reference ran at batch "
+                         f"{top.batch_size})")
+    base = outcome.baseline()
+    if base is not None and base is not top:
+        parts.append(f"{top.tokens_per_s / base.tokens_per_s:.2f}x the fp32 eager baseline")
+    for other in outcome.compared:
+        if other is not top and other.status == "ok" and other.tokens_per_s:
+            parts.append(f"{top.tokens_per_s / other.tokens_per_s:.2f}x {other.label} "
+                         "(--compare, same run)")
+    runner_up = next((r for r in eligible if r is not top), None)
+    if runner_up is not None:
+        parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
+                     f"runner-up ({runner_up.label})")
+    peak = measured_peak(top)
+    if peak is not None:
+        parts.append(f"peak {fmt.gib(peak)} within the {fmt.gib(outcome.budget_bytes)} budget")
+    return "; ".join(parts)
+
+
+def export(outcome: SearchOutcome, path: str | os.PathLike) -> Path | None:
+    top = outcome.recommendation
+    if top is None:
+        return None
+    measured = top.measured()
+    measured["reason"] = outcome.reason
+    measured["search_trials"] = len(outcome.results)
+    return save(ExportedConfig(TuneConfig.from_dict(top.config), measured, outcome.environment,
+                               outcome.workload["name"]), path)
+
+
+def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
+    doc = {
+        "tool": "gputune tune",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "workload": outcome.workload,
+        "steps": outcome.steps,
+        "warmup_steps": outcome.warmup_steps,
+        "memory_budget_bytes": outcome.budget_bytes,
+        "space": {k: [list(v) if isinstance(v, tuple) else v for v in vs]
+                  for k, vs in outcome.space.choices},
+        "environment": outcome.environment,
+        "results": [r.to_dict() for r in outcome.ranked],
+        "pareto_front": [r.label for r in outcome.front],
+        "recommendation": outcome.recommendation.to_dict() if outcome.recommendation else None,
+        "reason": outcome.reason,
+        "compared": [
+            dict(r.to_dict(), recommendation_speedup=(
+                outcome.recommendation.tokens_per_s / r.tokens_per_s
+                if outcome.recommendation and r.tokens_per_s else None))
+            for r in outcome.compared
+        ],
+        "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
+    }
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def report(outcome: SearchOutcome) -> str:
+    """The ranked table, the Pareto front and the recommendation, as printed by `gputune tune`."""
+    base = outcome.baseline()
+    lines = [
+        f"{len(outcome.results)} trials in {fmt.clock(outcome.elapsed_s)}: {outcome.ran} ran, "
+        f"{outcome.reused} reused from the store, {outcome.skipped} skipped over the memory "
+        "budget" + (" (time budget reached)" if outcome.out_of_time else ""),
+        "",
+        "Ranked (x base: against the fp32 eager baseline):",
+        format_table(outcome.ranked, baseline=base.tokens_per_s if base else None),
+    ]
+    if outcome.front:
+        lines += ["", "Throughput / memory Pareto front:", format_table(
+            outcome.front, baseline=base.tokens_per_s if base else None)]
+    lines.append("")
+    if outcome.recommendation:
+        lines.append(f"Recommended: {outcome.recommendation.label}: {outcome.reason}")
+    else:
+        lines.append(f"No recommendation: {outcome.reason}")
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""The search space: the candidate values of each searched option, and which configurations are
+the same run. Torch-free."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from strategies.config import ConfigError, TuneConfig, parse_value
+from strategies.registry import OPTIONS, Capabilities, option_unavailable
+
+KERNEL_SETS = (
+    (),
+    ("layer_norm", "rms_norm", "gelu", "swiglu"),
+    ("layer_norm", "rms_norm", "gelu", "swiglu", "linear_cross_entropy"),
+)
+"""Fused-kernel sets tried by default: none, the element-wise ones, and those plus the fused
+linear + cross-entropy (which saves the most memory). A kernel whose module the model lacks is
+simply not swapped."""
+
+DEFAULT_CHOICES: dict[str, tuple] = {
+    "precision": ("fp32", "tf32", "bf16", "fp16"),
+    "attention": ("manual", "sdpa"),
+    # The max-autotune modes are left out by default: their autotuning takes minutes per trial.
+    # Ask for them with --search compile_mode=off,default,max-autotune.
+    "compile_mode": ("off", "default", "reduce-overhead"),
+    "compile_scope": ("model", "block"),
+    "optimizer": ("plain", "foreach", "fused"),
+    "fused_kernels": KERNEL_SETS,
+    "checkpointing": ("off", "selective", "every-n", "full"),
+    # Multiples of the workload's default batch size (resolved when the workload is known).
+    "batch_size": ("x1", "x2", "x4"),
+}
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The candidate values of each searched option; every other option is fixed."""
+
+    choices: tuple[tuple[str, tuple], ...]
+    fixed: tuple[tuple[str, Any], ...] = ()
+    grow_batch: bool = False
+    """Try batch sizes beyond the largest candidate while they keep paying (the default batch
+    choices only: batch sizes the user listed are taken as the whole set)."""
+
+    def values(self, key: str) -> tuple:
+        found = dict(self.choices).get(key)
+        if found is not None:
+            return found
+        return (dict(self.fixed).get(key, default_value(key)),)
+
+    def start(self) -> TuneConfig:
+        """The first configuration: every option at its default when that is a candidate (the
+        fp32 eager baseline), else at its first candidate."""
+        values = dict(self.fixed)
+        for key, candidates in self.choices:
+            default = default_value(key)
+            values[key] = default if default in candidates else candidates[0]
+        return self.canonical(TuneConfig.from_dict(values))
+
+    def canonical(self, config: TuneConfig) -> TuneConfig:
+        """One configuration per distinct run: options that do nothing in it (compile scope
+        without compile, checkpoint_every without every-n) are put back at their start value,
+        and under compile the fused kernels left to Inductor are dropped
+        (`TuneConfig.effective_kernels`): a set that differs only in those is the same run."""
+        fixed = dict(self.fixed)
+        changes = {}
+        effective = config.effective_kernels()
+        if effective != tuple(config.fused_kernels):
+            changes["fused_kernels"] = list(effective)
+        if config.compile_mode == "off":
+            changes["compile_scope"] = fixed.get("compile_scope", default_value("compile_scope"))
+            changes["compile_fullgraph"] = False
+        if config.checkpointing != "every-n":
+            changes["checkpoint_every"] = fixed.get(
+                "checkpoint_every", default_value("checkpoint_every")
+            )
+        return config.replace(**changes)
+
+    def contains(self, config: TuneConfig) -> bool:
+        canonical = self.canonical(config)
+        return canonical == config and all(
+            self._listed(key, config) or self._grown(key, config[key])
+            for key in OPTIONS
+            if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every")
+        ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
+
+    def _listed(self, key: str, config: TuneConfig) -> bool:
+        """The option's value is one of the space's, as `canonical` would put it."""
+        values = self.values(key)
+        if key == "fused_kernels":
+            values = [self.canonical(config.replace(fused_kernels=v)).fused_kernels for v in values]
+        return plain(config[key]) in [plain(v) for v in values]
+
+    def _grown(self, key: str, value: Any) -> bool:
+        """A batch size that the search may reach by doubling the largest candidate."""
+        if key != "batch_size" or not self.grow_batch:
+            return False
+        top = max(self.values("batch_size"))
+        ratio = value / top if top else 0
+        return ratio > 1 and ratio.is_integer() and (int(ratio) & (int(ratio) - 1)) == 0
+
+    def size(self) -> int:
+        return math.prod(len(v) for _, v in self.choices)
+
+    def describe(self) -> str:
+        parts = []
+        for key, values in self.choices:
+            shown = [("+".join(v) or "none") if isinstance(v, tuple) else str(v) for v in values]
+            parts.append(f"{key}: {', '.join(shown)}")
+        return "; ".join(parts)
+
+
+def default_value(key: str) -> Any:
+    return OPTIONS[key].default
+
+
+def plain(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def default_space(
+    caps: Capabilities,
+    default_batch: int,
+    fixed: dict | None = None,
+    choices: dict | None = None,
+) -> SearchSpace:
+    """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
+    the options that `fixed` sets, and without the values this machine cannot run."""
+    fixed = dict(fixed or {})
+    merged = {**DEFAULT_CHOICES, **(choices or {})}
+    kept: list[tuple[str, tuple]] = []
+    for key, values in merged.items():
+        if key in fixed:
+            continue
+        if key == "batch_size":
+            values = tuple(_batch_value(v, default_batch) for v in values)
+        runnable = []
+        for value in values:
+            canonical = TuneConfig.from_dict({key: value})[key]
+            runs = option_unavailable(OPTIONS[key], canonical, caps) is None
+            if runs and canonical not in runnable:
+                runnable.append(canonical)
+        if not runnable:
+            raise ConfigError(
+                f"--search {key}: none of its values can run on device = {caps.device}"
+            )
+        if len(runnable) > 1 or key in (choices or {}):
+            kept.append((key, tuple(runnable)))
+        else:
+            fixed.setdefault(key, runnable[0])
+    modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
+    if modes == ("off",):  # a compile scope changes nothing without compile
+        kept = [(k, v) for k, v in kept if k != "compile_scope"]
+    grow = "batch_size" in dict(kept) and "batch_size" not in (choices or {})
+    return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow)
+
+
+def _batch_value(value: Any, default_batch: int) -> int:
+    """`x2` is twice the workload's default; the default itself is 0, as in every config."""
+    if isinstance(value, str) and value.startswith("x"):
+        value = int(float(value[1:]) * default_batch)
+    return 0 if value == default_batch else value
+
+
+def parse_choices(key: str, text: str) -> tuple:
+    """The values of `--search KEY=V1,V2`; set values join their items with '+' (`none` for
+    the empty set), e.g. fused_kernels=none,layer_norm+gelu."""
+    option = OPTIONS.get(key)
+    if option is None:
+        raise ConfigError(
+            f"--search: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS)
+        )
+    values = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if option.kind == "set":
+            value = () if item == "none" else tuple(t for t in item.split("+") if t)
+        elif key == "batch_size" and re.fullmatch(r"x\d+(\.\d+)?", item):
+            values.append(item)
+            continue
+        else:
+            value = parse_value(option, item)
+        values.append(TuneConfig.from_dict({key: value})[key])  # names the bad value
+    if not values:
+        raise ConfigError(f"--search {key}= names no values: {option.describe_allowed()}")
+    return tuple(values)

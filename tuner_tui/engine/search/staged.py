@@ -1,0 +1,243 @@
+"""The staged search: the history of one search's trials, and the strategy that proposes the
+next round of configurations from it. Torch-free."""
+
+from __future__ import annotations
+
+import itertools
+
+from strategies.config import ConfigError, TuneConfig
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.runner import best
+from tuner_tui.engine.search.memory import measured_peak
+from tuner_tui.engine.search.space import SearchSpace
+from tuner_tui.engine.store import canonical_json
+
+
+class History:
+    """Every trial of one search, in the order they were decided, keyed by configuration."""
+
+    def __init__(self, space: SearchSpace, budget_bytes: int | None = None) -> None:
+        self.space = space
+        self.budget_bytes = budget_bytes
+        self.results: dict[str, TrialResult] = {}
+        self.aside: set[str] = set()
+        """Keys of trials measured only to be compared with (`--compare`): ranked and
+        recommendable, but they steer the stages only once a stage reaches them (`adopt`).
+        Otherwise a compiled configuration measured first would make every early stage
+        compile, and the search would spend its minutes compiling configurations that the
+        eager stages rule out in seconds."""
+
+    def __contains__(self, config: TuneConfig) -> bool:
+        return config_key(config) in self.results
+
+    def get(self, config: TuneConfig) -> TrialResult | None:
+        return self.results.get(config_key(config))
+
+    def add(self, config: TuneConfig, result: TrialResult, aside: bool = False) -> None:
+        key = config_key(config)
+        self.results[key] = result
+        if aside:
+            self.aside.add(key)
+
+    def is_aside(self, config: TuneConfig) -> bool:
+        return config_key(config) in self.aside
+
+    def adopt(self, config: TuneConfig) -> None:
+        """A stage reached a configuration measured aside: it counts as searched from now on."""
+        self.aside.discard(config_key(config))
+
+    def is_new(self, config: TuneConfig) -> bool:
+        """Still to be proposed by the stages: not measured, or measured aside only."""
+        return config not in self or self.is_aside(config)
+
+    def all(self) -> list[TrialResult]:
+        return list(self.results.values())
+
+    def eligible(self) -> list[TrialResult]:
+        """Trials that may be recommended: ran, kept the loss, lie in the space, and stayed
+        within the memory budget (a stored trial may come from a search with a larger one)."""
+        return [
+            r for r in self.results.values()
+            if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
+            and self.space.contains(TuneConfig.from_dict(r.config))
+            and (self.budget_bytes is None or (measured_peak(r) or 0) <= self.budget_bytes)
+        ]
+
+    def best(self) -> TrialResult | None:
+        return best(self.eligible())
+
+    def steering_best(self) -> TrialResult | None:
+        """The best of the trials the stages reached (the incumbent), leaving out those
+        measured aside."""
+        aside = {id(self.results[k]) for k in self.aside}
+        return best([r for r in self.eligible() if id(r) not in aside])
+
+    def fits(self, result: TrialResult) -> bool:
+        """False when the trial ran out of memory, was skipped as over the memory budget, or
+        measured a peak over it; other failures are not a matter of memory."""
+        if result.status in ("oom", "skipped"):
+            return False
+        peak = measured_peak(result)
+        return self.budget_bytes is None or peak is None or peak <= self.budget_bytes
+
+
+def config_key(config: TuneConfig) -> str:
+    return canonical_json(config.to_dict())
+
+
+class SearchStrategy:
+    """Proposes the configurations to measure, a round at a time, from the results so far.
+
+    A new strategy is one subclass: `propose` returns the next round ([] when done), and
+    `remaining` estimates how many trials are still to come (for the progress line)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+
+    def propose(self, history: History) -> list[TuneConfig]:
+        raise NotImplementedError
+
+    def remaining(self, history: History) -> int:
+        return 0
+
+
+class StagedSearch(SearchStrategy):
+    """Greedy in stages from the fp32 eager baseline: each stage varies one option, or a few that
+    interact, around the best configuration so far. One stage turns memory into speed: it tries
+    the larger batch sizes, and checkpointing only where a batch size does not fit without it.
+    Kernels are tried together with compile (they can fight: a fused kernel is opaque to
+    Inductor's own fusion)."""
+
+    MEMORY_STAGE = "batch size, checkpointing where memory runs out"
+    STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+        ("baseline", ()),
+        ("precision", ("precision",)),
+        ("attention", ("attention",)),
+        ("compile", ("compile_mode", "compile_scope")),
+        ("optimizer", ("optimizer",)),
+        # Batch size before kernels: it moves throughput more than any kernel (ANCHORS.md), so a
+        # search cut short by its time budget loses the smaller lever.
+        (MEMORY_STAGE, ("batch_size", "checkpointing")),
+        ("kernels x compile", ("compile_mode", "fused_kernels")),
+    )
+    CHECKPOINT_COST = ("off", "selective", "every-n", "full")
+    """Checkpointing modes from the least recomputation to the most."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        super().__init__(space)
+        self.stage = 0
+        self.round: list[TuneConfig] = []
+        self.round_stage = self.STAGES[0][0]
+
+    def candidates(self, stage: int, history: History) -> list[TuneConfig]:
+        name, keys = self.STAGES[stage]
+        incumbent = self._incumbent(history)
+        if name == self.MEMORY_STAGE:
+            return self._memory_candidates(incumbent, history)
+        axes = []
+        for key in keys:
+            values = list(self.space.values(key))
+            if key == "compile_mode" and "fused_kernels" in keys:
+                # Kernels with the compile mode that won first (the likelier winner, should the
+                # time budget end the stage), then in eager (kernels alone): not every mode.
+                values = [v for v in values if v == incumbent.compile_mode] + (
+                    ["off"] if incumbent.compile_mode != "off" and "off" in values else [])
+            axes.append(values)
+        found: list[TuneConfig] = []
+        for combo in itertools.product(*axes):
+            config = self._variant(incumbent, dict(zip(keys, combo)))
+            if config is not None and history.is_new(config) and config not in found:
+                found.append(config)
+        if "fused_kernels" in keys:
+            # Compiled before eager; with each, kernels before none.
+            found.sort(key=lambda c: (c.compile_mode == "off", not c.fused_kernels))
+        return found
+
+    def _memory_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
+        """Per batch size, the next checkpointing mode to try: none first, then, only while the
+        batch does not fit (out of memory, or over the budget by estimate or measurement), the
+        next mode by cost. Checkpointing recomputes activations, so where a batch fits without
+        it, it can only slow the step; its worth is the larger batch it lets fit."""
+        modes = sorted(self.space.values("checkpointing"), key=self._cost)
+        found: list[TuneConfig] = []
+        for batch in self._batch_sizes(history):
+            for mode in modes:
+                config = self._variant(incumbent, {"batch_size": batch, "checkpointing": mode})
+                if config is None:
+                    continue
+                result = history.get(config)
+                if result is None or history.is_aside(config):
+                    if config not in found:
+                        found.append(config)
+                    break
+                if history.fits(result):
+                    break
+        return found
+
+    GROW_MIN_GAIN = 0.02
+    """A larger batch is tried only while the largest so far beat the smaller ones by this."""
+    GROW_MAX_DOUBLINGS = 3
+
+    def _batch_sizes(self, history: History) -> list[int]:
+        """The space's batch sizes, then doublings of the largest while the largest is the best
+        configuration so far and beat the best smaller batch by GROW_MIN_GAIN: on a large GPU
+        the fastest batch may lie beyond the default candidates (memory, not a fixed list,
+        should end the climb; OOM and the budget estimate do)."""
+        batches = list(self.space.values("batch_size"))
+        if not self.space.grow_batch or not any(batches):
+            return batches
+        best = history.steering_best()
+        for _ in range(self.GROW_MAX_DOUBLINGS):
+            largest = max(batches)
+            if best is None or best.config["batch_size"] < largest:
+                break
+            if best.config["batch_size"] == largest:
+                smaller = [r.tokens_per_s for r in history.eligible()
+                           if r.config["batch_size"] != largest]
+                if smaller and best.tokens_per_s < max(smaller) * (1 + self.GROW_MIN_GAIN):
+                    break
+            batches.append(largest * 2)  # (already measured when the best lies beyond)
+        return batches
+
+    def _cost(self, mode: str) -> int:
+        return self.CHECKPOINT_COST.index(mode) if mode in self.CHECKPOINT_COST else len(
+            self.CHECKPOINT_COST)
+
+    def _variant(self, incumbent: TuneConfig, changes: dict) -> TuneConfig | None:
+        try:
+            return self.space.canonical(incumbent.replace(**changes))
+        except ConfigError:
+            return None  # a combination the registry's rules refuse
+
+    def _incumbent(self, history: History) -> TuneConfig:
+        best = history.steering_best()
+        return TuneConfig.from_dict(best.config) if best else self.space.start()
+
+    def propose(self, history: History) -> list[TuneConfig]:
+        while self.stage < len(self.STAGES):
+            found = self.candidates(self.stage, history)
+            reached = [c for c in found if history.is_aside(c)]
+            if reached:
+                # Measured aside already: adopted without a re-run; the incumbent may change,
+                # so the stage's candidates are computed again.
+                for config in reached:
+                    history.adopt(config)
+                continue
+            name = self.STAGES[self.stage][0]
+            # The memory stage goes on (one checkpointing mode further per round) until every
+            # batch size fits or has run out of modes; the others take one round.
+            if not found or name != self.MEMORY_STAGE:
+                self.stage += 1
+            if found:
+                self.round, self.round_stage = found, name
+                return found
+        return []
+
+    def remaining(self, history: History) -> int:
+        """Later stages' candidates around the best so far (they move as the best changes)."""
+        later = {config_key(c) for s in range(self.stage, len(self.STAGES))
+                 for c in self.candidates(s, history)}
+        return len(later - {config_key(c) for c in self.round})
+
+    def stage_name(self) -> str:
+        return self.round_stage
