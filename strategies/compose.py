@@ -55,6 +55,8 @@ class TunedRun:
             raise ConfigError("micro_batches: the batch holds no tensor to split")
         count = self.config.accumulation_steps(size)
         self.accumulation_steps = count
+        if count == 1:
+            return [batch]
         part = size // count
         return [_take(batch, size, i * part, part) for i in range(count)]
 

@@ -53,7 +53,6 @@ def adamw_with_state(dtype: torch.dtype) -> type:
         def _new_buffer(self, p, signed):
             return torch.zeros_like(p, dtype=dtype)
 
-    AdamWWithState.__name__ = f"AdamW{str(dtype).replace('torch.', '').capitalize()}State"
     return AdamWWithState
 
 
@@ -98,7 +97,8 @@ def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimiz
         else:
             inner = {"optimizer_class": torch.optim.AdamW, **flags}
         new = ao.CPUOffloadOptimizer(groups, **inner)
-        report = {"type": "CPUOffloadOptimizer", "steps_on_cpu": inner["optimizer_class"].__name__,
+        report = {"type": "CPUOffloadOptimizer",
+                  "steps_on_cpu": "torchao AdamW" if bf16 else "torch AdamW",
                   "state": "fp32 on the CPU", "implementation_applied": not bf16}
         if not bf16:
             report.update(flags)
@@ -108,7 +108,7 @@ def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimiz
     else:
         dtype = torch.float32 if state == "fp32" else torch.bfloat16
         new = adamw_with_state(dtype)(groups, bf16_stochastic_round=bf16)
-        report = {"type": type(new).__name__, "state": state, "implementation_applied": False}
+        report = {"type": "torchao AdamW", "state": state, "implementation_applied": False}
     report["stochastic_rounding"] = bf16
     return new, report
 
