@@ -9,6 +9,10 @@ In your own training script (at most five lines):
         loss = loss_fn(model(x), y)
     tuned.step(loss)   # backward (scaled for fp16), gradient clipping, optimizer step, zero_grad
 
+With micro-batches: `for part in tuned.micro_batches(batch): ... tuned.backward(loss)`, then
+`tuned.step()`. Use `tuned.optimizer` afterwards: bf16 weights and low-precision or offloaded
+state replace the optimizer by torchao's.
+
 Importing this package does not import torch; `apply` does.
 """
 
@@ -17,8 +21,9 @@ from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, Strat
 
 
 def apply(config, model, optimizer=None, **kwargs):
-    """Apply `config` to `model` (and rebuild `optimizer`) in the fixed order precision, attention,
-    kernel swap, checkpointing, compile, optimizer. Returns a `TunedRun`; see strategies.compose."""
+    """Apply `config` to `model` (and rebuild `optimizer`) in the fixed order precision, weights,
+    attention, kernel swap, float8, checkpointing, compile, optimizer. Returns a `TunedRun`; see
+    strategies.compose."""
     from strategies.compose import apply as _apply
 
     return _apply(config, model, optimizer, **kwargs)

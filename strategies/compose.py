@@ -1,9 +1,10 @@
 """`apply()`: compose the strategies on a model and optimizer, in the registry's order.
 
-The result, `TunedRun`, is what a training loop needs: the model, the optimizer, the autocast
-context and a `step(loss)` that does backward (scaled for fp16), clipping, the optimizer step
-and zero_grad. gputune's own trainer uses exactly this path, so what is measured is what users
-get.
+The result, `TunedRun`, is what a training loop needs: the model, the optimizer (rebuilt, or
+replaced by torchao's for bf16 weights and low-precision or offloaded state), the autocast
+context, `micro_batches(batch)` and `backward(loss)` for gradient accumulation, and a
+`step(loss)` that does backward (scaled for fp16), clipping, the optimizer step and zero_grad.
+gputune's own trainer uses exactly this path, so what is measured is what users get.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class TunedRun:
     """What each strategy did, keyed by strategy name (counts of swapped modules, ...)."""
     blocks: list[nn.Module] | None = None
     """The repeated blocks to checkpoint or compile one by one; None: found automatically."""
+    accumulation_steps: int = 1
+    """Micro-batches per optimizer step, set by `micro_batches`; `backward` divides by it."""
 
     def repeated_blocks(self) -> list[nn.Module]:
         from strategies.blocks import find_blocks
@@ -43,24 +46,78 @@ class TunedRun:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
-    def step(self, loss: torch.Tensor) -> None:
-        """Backward, unscale and clip, optimizer step, zero_grad."""
+    def micro_batches(self, batch: Any) -> list:
+        """`batch` split along its first dim into batch_size / micro_batch_size equal parts
+        (tensors inside tuples, lists and dicts are split; other values are shared), and the
+        number of parts kept for `backward`. With micro_batch_size = 0: `[batch]`."""
+        size = _batch_len(batch)
+        if size is None:
+            raise ConfigError("micro_batches: the batch holds no tensor to split")
+        count = self.config.accumulation_steps(size)
+        self.accumulation_steps = count
+        if count == 1:
+            return [batch]
+        part = size // count
+        return [_take(batch, size, i * part, part) for i in range(count)]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of one micro-batch's loss, divided by the number of micro-batches, so that the
+        accumulated gradients are those of the whole batch's mean loss (for losses that are
+        means over equal-sized micro-batches); scaled for fp16."""
+        if self.accumulation_steps > 1:
+            loss = loss / self.accumulation_steps
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def step(self, loss: torch.Tensor | None = None, *, zero_grad: bool = True) -> None:
+        """Backward of `loss` (if given; else `backward` was called per micro-batch), unscale
+        and clip, optimizer step, zero_grad."""
         if self.optimizer is None:
             raise ConfigError("TunedRun.step needs an optimizer: pass one to strategies.apply")
+        if loss is not None:
+            self.backward(loss)
         clip = self.config.grad_clip
+        if self.scaler is not None and clip > 0:
+            self.scaler.unscale_(self.optimizer)
+        if clip > 0:
+            from strategies.optimizer import clip_gradients
+
+            clip_gradients(self.optimizer, self.model.parameters(), clip)
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            if clip > 0:
-                self.scaler.unscale_(self.optimizer)
-                nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            loss.backward()
-            if clip > 0:
-                nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()
+        if zero_grad:
+            self.zero_grad()
+
+    def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+
+def _batch_len(batch: Any) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.dim() else None
+    items = batch.values() if isinstance(batch, dict) else batch
+    if isinstance(items, (tuple, list)) or isinstance(batch, dict):
+        for item in items:
+            size = _batch_len(item)
+            if size is not None:
+                return size
+    return None
+
+
+def _take(batch: Any, size: int, start: int, length: int) -> Any:
+    """Rows start:start+length of every tensor in `batch` whose first dim is the batch's."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:start + length] if batch.dim() and batch.shape[0] == size else batch
+    if isinstance(batch, dict):
+        return {k: _take(v, size, start, length) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        parts = [_take(v, size, start, length) for v in batch]
+        return type(batch)(*parts) if hasattr(batch, "_fields") else type(batch)(parts)
+    return batch
 
 
 def _device_type(model: nn.Module) -> str:
@@ -78,7 +135,8 @@ def apply(
 ) -> TunedRun:
     """Apply every strategy of `config` to `model` (in place) and rebuild `optimizer`.
 
-    Order: precision, attention, fused kernels, activation checkpointing, compile, optimizer.
+    Order: precision, weights, attention, fused kernels (with the loss of Hugging Face causal
+    LMs), float8, activation checkpointing, compile, optimizer.
     `blocks` names the model's repeated blocks for checkpointing and per-block compile; by
     default they are found (the largest list of same-type modules).
     Raises ConfigError when a choice cannot run on the model's device.

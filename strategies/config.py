@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from strategies.registry import OPTIONS, RULES, STRATEGIES, Capabilities, Option, option_unavailable
+from strategies.registry import (
+    OPTIONS, RULES, STRATEGIES, Capabilities, Option, micro_batch_problem, option_unavailable,
+)
 
 
 class ConfigError(ValueError):
@@ -177,8 +179,12 @@ class TuneConfig:
     def label(self) -> str:
         """A short human name, e.g. 'bf16 + compile(default) + sdpa + fused AdamW'."""
         parts = [self.precision]
+        if self.weights != OPTIONS["weights"].default:
+            parts.append(f"{self.weights} weights")
         if self.attention != OPTIONS["attention"].default:
             parts.append(self.attention)
+        if self.fp8 != OPTIONS["fp8"].default:
+            parts.append(f"fp8 {self.fp8}")
         if self.fused_kernels:
             every = "" if self.kernels_with_compile == "inductor-first" else ",all"
             parts.append("kernels(" + ",".join(self.fused_kernels) + every + ")")
@@ -191,11 +197,25 @@ class TuneConfig:
             parts.append(f"compile({self.compile_mode}{extra})")
         if self.optimizer != "plain":
             parts.append(f"{self.optimizer} AdamW")
+        if self.optimizer_state != OPTIONS["optimizer_state"].default:
+            parts.append(f"{self.optimizer_state} state")
         if self.batch_size:
             parts.append(f"batch {self.batch_size}")
+        if self.micro_batch_size:
+            parts.append(f"micro {self.micro_batch_size}")
         if self.grad_clip != OPTIONS["grad_clip"].default:
             parts.append(f"clip {self.grad_clip:g}")
         return " + ".join(parts)
+
+    def accumulation_steps(self, batch_size: int) -> int:
+        """Micro-batches per optimizer step for a batch of `batch_size` (the workload's default
+        when batch_size = 0). Raises ConfigError when micro_batch_size does not divide it."""
+        micro = self.micro_batch_size
+        if not micro:
+            return 1
+        if batch_size % micro:
+            raise ConfigError(micro_batch_problem(batch_size, micro))
+        return batch_size // micro
 
     def effective_kernels(self) -> tuple[str, ...]:
         """The fused kernels this configuration swaps in: under torch.compile with the

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from strategies import hf_causal_lm_loss
 from strategies.config import ConfigError
 
 
@@ -183,9 +184,21 @@ def apply(run, config) -> None:
     if not ok:
         raise ConfigError(f"fused_kernels = [{', '.join(config.fused_kernels)}] cannot run: {reason}")
     counts = swap_modules(run.model, chosen) if chosen else {}
+    not_swapped = None
+    if "linear_cross_entropy" in chosen:
+        # Hugging Face causal LMs compute their loss inside forward(labels=...): no module to
+        # swap, so their forward is wrapped (strategies/hf_causal_lm_loss.py).
+        swapped = hf_causal_lm_loss.swap_losses(run.model)
+        if swapped:
+            counts["linear_cross_entropy"] = counts.get("linear_cross_entropy", 0) + swapped
+        elif isinstance(getattr(run.model, "lm_head", None), nn.Module):
+            why = hf_causal_lm_loss.why_not_swappable(run.model)
+            not_swapped = f"linear_cross_entropy: the model's own loss is kept ({why})"
     # Say what was asked for but not found, so a user sees why a kernel made no difference.
     run.report["fused_kernels"] = {k: counts.get(k, 0) for k in config.fused_kernels}
     run.report["fused_kernels_left"] = unswapped_candidates(run.model)
+    if not_swapped:
+        run.report["fused_kernels_not_swapped"] = not_swapped
     if left_to_inductor:
         run.report["fused_kernels_left_to_inductor"] = left_to_inductor
 

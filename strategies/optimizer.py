@@ -1,8 +1,29 @@
-"""AdamW implementation: plain (a loop of per-tensor kernels), foreach (batched over tensors)
-or fused (one kernel). The user's optimizer is rebuilt with the same parameter groups and
-hyper-parameters; only the implementation flags change."""
+"""The AdamW update: which implementation steps it, and where and in what its state is kept.
+
+The user's optimizer is rebuilt with the same parameter groups and hyper-parameters (lr,
+betas, eps, weight_decay, and any keys of the user's own); only the implementation changes:
+
+| weights | optimizer_state | optimizer that steps                                          |
+|---------|-----------------|---------------------------------------------------------------|
+| fp32    | fp32            | the user's torch AdamW/Adam, `optimizer` = plain/foreach/fused |
+| fp32    | bf16            | torchao AdamW with bf16 moments                               |
+| any     | 8bit            | torchao AdamW8bit (blockwise 8-bit moments)                   |
+| fp32    | offload         | torchao CPUOffloadOptimizer around torch's AdamW (`optimizer`'s flags) |
+| bf16    | fp32 / bf16     | torchao AdamW with fp32 / bf16 moments, stochastic rounding   |
+| bf16    | offload         | torchao CPUOffloadOptimizer around torchao AdamW (fp32 moments, stochastic rounding) |
+
+With bf16 weights every torchao optimizer rounds the update stochastically
+(`bf16_stochastic_round=True`), so updates far below a bf16 ulp still move the weights on average.
+torchao's optimizers compile their per-parameter step (one compilation per parameter shape,
+on the first step) and hold `lr` as a tensor: torch's LR schedulers update it in place, but a
+scheduler must be built on the optimizer `apply` hands back. `optimizer` (plain, foreach,
+fused) chooses among torch's AdamW implementations and so applies only where torch's AdamW
+steps; the report says which optimizer steps and whether `optimizer` applied.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -10,6 +31,9 @@ from strategies.config import ConfigError
 
 # Optimizers whose constructor takes both `foreach` and `fused`.
 _SUPPORTED = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD)
+# Group keys that choose torch's implementation; torchao's optimizers take none of them.
+_TORCH_FLAGS = ("foreach", "fused", "capturable", "differentiable", "maximize",
+                "decoupled_weight_decay")
 
 
 def implementation_flags(choice: str) -> dict:
@@ -20,12 +44,82 @@ def implementation_flags(choice: str) -> dict:
     }[choice]
 
 
+@functools.cache
+def adamw_with_state(dtype: torch.dtype) -> type:
+    """torchao's AdamW with its moments in `dtype` (its own keeps them in the parameter's)."""
+    from torchao.optim import _AdamW
+
+    class AdamWWithState(_AdamW):
+        def _new_buffer(self, p, signed):
+            return torch.zeros_like(p, dtype=dtype)
+
+    return AdamWWithState
+
+
+def _is_adamw(optimizer: torch.optim.Optimizer) -> bool:
+    """AdamW, or Adam without weight decay (the same update)."""
+    if isinstance(optimizer, torch.optim.AdamW):
+        return True
+    return isinstance(optimizer, torch.optim.Adam) and all(
+        not g.get("weight_decay") for g in optimizer.param_groups
+    )
+
+
+def _torchao_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
+    groups = []
+    for group in optimizer.param_groups:
+        if group.get("maximize"):
+            raise ConfigError("optimizer_state and weights = bf16 replace AdamW by torchao's, "
+                              "which has no maximize=True; use maximize=False")
+        groups.append({k: v for k, v in group.items() if k not in _TORCH_FLAGS})
+    return groups
+
+
+def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimizer, dict]:
+    """The optimizer that steps `config`, and what the report says about it."""
+    state, bf16 = config.optimizer_state, config.weights == "bf16"
+    flags = implementation_flags(config.optimizer)
+    if state == "fp32" and not bf16:
+        groups = [{**group, **flags} for group in optimizer.param_groups]
+        return type(optimizer)(groups), {"type": type(optimizer).__name__, "state": "fp32",
+                                         "implementation_applied": True, **flags}
+    if not _is_adamw(optimizer):
+        what = f"optimizer_state = {state}" if state != "fp32" else "weights = bf16"
+        raise ConfigError(f"{what} replaces AdamW by torchao's; this optimizer is "
+                          f"{type(optimizer).__name__} (use torch.optim.AdamW)")
+    import torchao.optim as ao
+
+    groups = _torchao_groups(optimizer)
+    if state == "offload":
+        if bf16:
+            inner = {"optimizer_class": adamw_with_state(torch.float32),
+                     "bf16_stochastic_round": True}
+        else:
+            inner = {"optimizer_class": torch.optim.AdamW, **flags}
+        new = ao.CPUOffloadOptimizer(groups, **inner)
+        report = {"type": "CPUOffloadOptimizer",
+                  "steps_on_cpu": "torchao AdamW" if bf16 else "torch AdamW",
+                  "state": "fp32 on the CPU", "implementation_applied": not bf16}
+        if not bf16:
+            report.update(flags)
+    elif state == "8bit":
+        new = ao.AdamW8bit(groups, bf16_stochastic_round=bf16)
+        report = {"type": "AdamW8bit", "state": "8bit", "implementation_applied": False}
+    else:
+        dtype = torch.float32 if state == "fp32" else torch.bfloat16
+        new = adamw_with_state(dtype)(groups, bf16_stochastic_round=bf16)
+        report = {"type": "torchao AdamW", "state": state, "implementation_applied": False}
+    report["stochastic_rounding"] = bf16
+    return new, report
+
+
 def apply(run, config) -> None:
     optimizer = run.optimizer
     if optimizer is None:
         run.report["optimizer"] = {"rebuilt": False, "reason": "no optimizer given"}
         return
-    if not isinstance(optimizer, _SUPPORTED):
+    default = config.optimizer_state == "fp32" and config.weights == "fp32"
+    if default and not isinstance(optimizer, _SUPPORTED):
         run.report["optimizer"] = {
             "rebuilt": False,
             "reason": f"{type(optimizer).__name__} has no foreach/fused choice; left as is",
@@ -35,7 +129,21 @@ def apply(run, config) -> None:
         raise ConfigError(
             "optimizer already has state: call strategies.apply before the first optimizer step"
         )
-    flags = implementation_flags(config.optimizer)
-    groups = [{**group, **flags} for group in optimizer.param_groups]
-    run.optimizer = type(optimizer)(groups)
-    run.report["optimizer"] = {"rebuilt": True, "type": type(optimizer).__name__, **flags}
+    run.optimizer, report = build(optimizer, config)
+    run.report["optimizer"] = {"rebuilt": True, **report}
+
+
+def clip_gradients(optimizer, parameters, max_norm: float) -> None:
+    """Clip the global gradient norm to `max_norm`.
+
+    torchao's CPU offload copies each gradient to the CPU as soon as backward has produced it,
+    before clipping can know the global norm; the norm is taken from the GPU gradients (still
+    there) and the CPU copies are scaled by the same factor once their copy has landed."""
+    parameters = list(parameters)
+    total = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    if type(optimizer).__name__ != "CPUOffloadOptimizer":
+        return
+    factor = torch.clamp(max_norm / (total + 1e-6), max=1.0).cpu()
+    for p_device, copied in optimizer.queue.items():
+        copied.synchronize()
+        optimizer.param_d2h_map[p_device].grad.mul_(factor)

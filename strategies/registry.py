@@ -4,7 +4,8 @@ This module imports no torch: the dashboard builds its toggles from it, the CLI 
 error messages from it, and the configuration validates against it. Each strategy lives in its
 own module (named by `Strategy.module`) that exposes `apply(run, config)`; the order of
 `STRATEGIES` is the order in which `strategies.apply()` composes them (as torchtitan does:
-precision, kernel swap, activation checkpointing, compile, optimizer).
+weights and precision, kernel swap, float8, activation checkpointing, data-parallel wrapping,
+compile, optimizer).
 
 Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, and add one
 `Strategy(...)` line below.
@@ -101,6 +102,23 @@ STRATEGIES: tuple[Strategy, ...] = (
         ),
     ),
     Strategy(
+        "weights",
+        "strategies.weights",
+        help="The dtype the parameters and gradients are stored in.",
+        options=(
+            Option(
+                "weights",
+                "choice",
+                "fp32",
+                "fp32: fp32 master weights (autocast casts per op); bf16: parameters and "
+                "gradients in bf16, updated by an AdamW with stochastic rounding",
+                choices=("fp32", "bf16"),
+                choice_requires={"bf16": ("bf16",)},
+                label="Weights",
+            ),
+        ),
+    ),
+    Strategy(
         "attention",
         "strategies.attention",
         help="How attention is computed in the built-in models.",
@@ -143,6 +161,23 @@ STRATEGIES: tuple[Strategy, ...] = (
         ),
     ),
     Strategy(
+        "float8",
+        "strategies.float8",
+        help="float8 training of the linear layers (torchao).",
+        options=(
+            Option(
+                "fp8",
+                "choice",
+                "off",
+                "torchao float8 matmuls in the linear layers (not the LM head, nor layers whose "
+                "dims are not multiples of 16): tensorwise or rowwise scaling",
+                choices=("off", "tensorwise", "rowwise"),
+                requires=("fp8",),
+                label="Float8",
+            ),
+        ),
+    ),
+    Strategy(
         "checkpointing",
         "strategies.checkpointing",
         help="Recompute activations in the backward pass to save memory.",
@@ -166,6 +201,8 @@ STRATEGIES: tuple[Strategy, ...] = (
             ),
         ),
     ),
+    # Data-parallel wrapping (DDP, FSDP2 per block then the root) goes here: after
+    # checkpointing, before compile.
     Strategy(
         "compile",
         "strategies.compile",
@@ -207,16 +244,27 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "optimizer",
         "strategies.optimizer",
-        help="Implementation of the AdamW update.",
+        help="The AdamW update: its implementation and where and how its state is kept.",
         options=(
             Option(
                 "optimizer",
                 "choice",
                 "plain",
-                "plain: one kernel per tensor; foreach: batched over tensors; fused: one fused "
-                "kernel",
+                "torch's AdamW: plain: one kernel per tensor; foreach: batched over tensors; "
+                "fused: one fused kernel (used where torch's AdamW steps: fp32 weights with fp32 "
+                "or offloaded state)",
                 choices=("plain", "foreach", "fused"),
                 label="AdamW",
+            ),
+            Option(
+                "optimizer_state",
+                "choice",
+                "fp32",
+                "AdamW's moments: fp32; bf16; 8bit (torchao AdamW8bit); offload (torchao: state "
+                "and step on the CPU)",
+                choices=("fp32", "bf16", "8bit", "offload"),
+                choice_requires={"offload": ("cuda",)},
+                label="Optimizer state",
             ),
         ),
     ),
@@ -229,9 +277,18 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "batch_size",
                 "int",
                 0,
-                "Sequences per step (0: the workload's default)",
+                "Sequences per optimizer step (0: the workload's default)",
                 minimum=0,
                 label="Batch size",
+            ),
+            Option(
+                "micro_batch_size",
+                "int",
+                0,
+                "Sequences per forward/backward, gradients accumulated over batch_size / "
+                "micro_batch_size of them (0: the whole batch at once)",
+                minimum=0,
+                label="Micro-batch",
             ),
         ),
     ),
@@ -243,7 +300,45 @@ def _fullgraph_needs_compile(values: dict) -> str | None:
     return None
 
 
-RULES = (_fullgraph_needs_compile,)
+def _bf16_weights_need_bf16_precision(values: dict) -> str | None:
+    if values["weights"] == "bf16" and values["precision"] != "bf16":
+        return (
+            f"weights = bf16 needs precision = bf16 (bf16 parameters run their matmuls in bf16; "
+            f"autocast keeps the losses and norms in fp32), not precision = {values['precision']}"
+        )
+    return None
+
+
+def _micro_batch_divides_batch(values: dict) -> str | None:
+    batch, micro = values["batch_size"], values["micro_batch_size"]
+    if batch and micro and batch % micro:
+        return micro_batch_problem(batch, micro)
+    return None
+
+
+def micro_batch_problem(batch: int, micro: int) -> str:
+    divisors = ", ".join(str(d) for d in range(1, batch + 1) if batch % d == 0)
+    return (
+        f"micro_batch_size = {micro} does not divide batch_size = {batch}: allowed micro-batch "
+        f"sizes are 0 (the whole batch) or a divisor of {batch} ({divisors})"
+    )
+
+
+def _offload_without_grad_scaler(values: dict) -> str | None:
+    if values["optimizer_state"] == "offload" and values["precision"] == "fp16":
+        return (
+            "optimizer_state = offload cannot run with precision = fp16: the GradScaler would "
+            "unscale the GPU gradients after they were copied to the CPU; use precision = bf16"
+        )
+    return None
+
+
+RULES = (
+    _fullgraph_needs_compile,
+    _bf16_weights_need_bf16_precision,
+    _micro_batch_divides_batch,
+    _offload_without_grad_scaler,
+)
 """Checks across options; each returns a message that names both options, or None."""
 
 OPTIONS: dict[str, Option] = {o.key: o for s in STRATEGIES for o in s.options}
@@ -259,6 +354,8 @@ class Capabilities:
     bf16: bool
     triton: bool
     gpu_name: str = ""
+    fp8: bool = False
+    """float8 matmuls: a CUDA GPU of compute capability 8.9 or newer."""
     reasons: dict = field(default_factory=dict)
     """Why a capability is missing, e.g. {"cuda": "no CUDA device (NVML: library not found)"}."""
 
@@ -275,6 +372,7 @@ class Capabilities:
             "bf16": self.bf16,
             "triton": self.triton,
             "gpu_name": self.gpu_name,
+            "fp8": self.fp8,
             "reasons": dict(self.reasons),
         }
 
@@ -283,6 +381,7 @@ CAPABILITY_WORDS = {
     "cuda": "a CUDA GPU",
     "bf16": "bfloat16 support (a CUDA GPU of compute capability 8.0+, or the CPU)",
     "triton": "Triton kernels (a CUDA GPU with triton installed)",
+    "fp8": "float8 matmuls (a CUDA GPU of compute capability 8.9+: Ada, Hopper or newer)",
 }
 
 

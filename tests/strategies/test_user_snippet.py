@@ -68,3 +68,33 @@ def _dedent(block: str) -> str:
     import textwrap
 
     return textwrap.dedent(block)
+
+
+def test_readme_accumulation_snippet_gives_the_whole_batch_gradients(tmp_path, monkeypatch):
+    text = README.read_text()
+    match = re.search(r"<!-- accumulate-snippet -->\s*```python\n(.*?)```", text, re.S)
+    assert match, "README has no accumulation snippet"
+    snippet = "import strategies\n" + match.group(1)
+    strategies.save(TuneConfig.from_dict({"micro_batch_size": 4, "grad_clip": 0.0}),
+                    tmp_path / "gputune.toml")
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 32, generator=g)
+    batches = [(x, x[:, :5].argmax(1))]
+    loss_fn = nn.CrossEntropyLoss()
+
+    torch.manual_seed(0)
+    whole = UserNet()
+    whole_opt = torch.optim.SGD(whole.parameters(), lr=0.1)
+    loss_fn(whole(batches[0][0]), batches[0][1]).backward()
+    whole_opt.step()
+
+    torch.manual_seed(0)
+    model = UserNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scope = {"model": model, "optimizer": optimizer, "loss_fn": loss_fn, "batches": batches}
+    exec(snippet, scope)
+    assert scope["tuned"].accumulation_steps == 4
+    # One SGD step on the accumulated gradients lands where the whole batch's step does.
+    for a, b in zip(model.parameters(), whole.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -90,7 +90,13 @@ def capabilities(device: str) -> Capabilities:
     elif not triton_ok:
         reasons["triton"] = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
     name = torch.cuda.get_device_properties(0).name if cuda else ""
+    fp8 = cuda and torch.cuda.get_device_capability(0) >= (8, 9)
+    if not cuda:
+        reasons["fp8"] = reasons["cuda"]
+    elif not fp8:
+        major, minor = torch.cuda.get_device_capability(0)
+        reasons["fp8"] = f"{name} has compute capability {major}.{minor}; float8 needs 8.9+"
     return Capabilities(
         device="cuda" if cuda else "cpu", cuda=cuda, bf16=bf16, triton=triton_ok,
-        gpu_name=name, reasons=reasons,
+        gpu_name=name, fp8=fp8, reasons=reasons,
     )

@@ -166,6 +166,9 @@ class TrialResult:
     message: str = ""
     strategy_report: dict = field(default_factory=dict)
     """What each strategy did, e.g. {"fused_kernels": {"layer_norm": 25}}."""
+    memory_parts: dict = field(default_factory=dict)
+    """Bytes on the training device after the first optimizer step, each storage counted once:
+    {"parameters": ..., "gradients": ..., "optimizer_state": ...}; empty if no step ran."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

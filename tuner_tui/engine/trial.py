@@ -19,6 +19,7 @@ import torch
 
 import strategies
 from strategies.config import ConfigError, TuneConfig
+from tuner_tui.engine.memory_parts import memory_parts
 from tuner_tui.engine.mfu import Peak, peak_for
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
@@ -96,10 +97,14 @@ class Trainer:
     records: list[StepRecord] = field(default_factory=list)
     first_step_s: float | None = None
     report: dict = field(default_factory=dict)
+    memory_parts: dict = field(default_factory=dict)
+    """Bytes of parameters, gradients and optimizer state on the device, after the first step."""
 
     def __post_init__(self) -> None:
         self.torch_device = torch.device(self.device)
         self.batch_size = self.config.batch_size or self.workload.default_batch_size
+        # Before anything is built: batch_size = 0 is the workload's default, known only here.
+        self.accumulation_steps = self.config.accumulation_steps(self.batch_size)
         self._pending: list = []  # (step, end event or None, loss copy, t_host)
         self._last_end = None
         self._last_host = None
@@ -137,14 +142,23 @@ class Trainer:
         i = self._step
         batch = self.workload.batch(i, self.batch_size, self.torch_device)
         host_start = time.perf_counter()
-        if self.config.compile_mode == "reduce-overhead":
-            # Tell CUDA graph trees a new iteration starts, so the previous one's outputs may be
-            # overwritten (we keep our own copy of the loss below).
-            torch.compiler.cudagraph_mark_step_begin()
-        with self.tuned.autocast():
-            loss = self.workload.loss(self.tuned.model, batch)
+        losses = []
+        for micro in self.tuned.micro_batches(batch):
+            if self.config.compile_mode == "reduce-overhead":
+                # Tell CUDA graph trees a new iteration starts, so the previous one's outputs
+                # may be overwritten (we keep our own copy of each loss below).
+                torch.compiler.cudagraph_mark_step_begin()
+            with self.tuned.autocast():
+                micro_loss = self.workload.loss(self.tuned.model, micro)
+            losses.append(micro_loss.detach().clone() if self.accumulation_steps > 1 else micro_loss)
+            self.tuned.backward(micro_loss)
+        # Equal micro-batches: the batch's loss is the mean of theirs.
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         loss_value = self._copy_loss(loss)
-        self.tuned.step(loss)
+        self.tuned.step(zero_grad=i > 0)
+        if i == 0:
+            self.memory_parts = memory_parts(self.tuned.model, self.tuned.optimizer, self.torch_device)
+            self.tuned.zero_grad()
         end = None
         if self.device == "cuda":
             end = torch.cuda.Event(enable_timing=True)
@@ -262,6 +276,7 @@ class Trainer:
             losses=tuple(r.loss for r in self.records),
             compile_s=self.first_step_s,
             strategy_report=self.report,
+            memory_parts=self.memory_parts,
             message=message,
         )
         if not measured or status != "ok":
