@@ -17,12 +17,19 @@
 #   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
 #   lce       llama-1b with kernels + compile at linear+CE chunk sizes 1024..8192,
 #             alternating with compile alone (issue 3's end-to-end target)         ~6 min
+#   fit-recipe  issue 13 on the HF Llama (4 x 2048 tokens): the hand recipe (bf16 weights +
+#             Liger-Kernel, carried wheel), then `tune --max-memory` at the recipe's measured
+#             peak, then the recipe again                                          ~9 min
+#   fit-levers  issue 13 on the HF Llama: one lever at a time (bf16 weights, the fused
+#             linear+CE swap inside HF's forward, fp8 against the same without), then
+#             `tune --max-memory 24GiB`                                             ~9 min
+#   fit-llama   issue 13 on llama-1b: the same levers and `tune --max-memory 24GiB`  ~9 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -100,4 +107,36 @@ case "${1:-}" in
     # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
       2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
+  fit-recipe)
+    export GPUTUNE_HOME=/tmp/gputune-home TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
+    budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
+    gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_MINUTES:-5.5}" --steps 10 \
+      --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
+      --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16,8bit \
+      --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
+      --search checkpointing=off,selective,full --search fp8=off,tensorwise \
+      --out "$OUT/tune-hf-recipe-budget.toml" --json "$OUT/tune-hf-recipe-budget.json" > "$OUT/tune-hf-recipe-budget.log" 2>&1
+    grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | tail -30
+    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
+  fit-levers|fit-llama)
+    export GPUTUNE_HOME=/tmp/gputune-home TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    if [ "$1" = fit-levers ]; then w=examples.hf_causal_lm:llama; name=hf-llama; else w=llama-1b; name=llama-1b; fi
+    c=benchmarks/configs
+    # One lever at a time from gputune's earlier best (autocast + compile + fused AdamW); the fp8
+    # row beside the same without fp8, twice each, alternating.
+    gputune bench --workload $w --device cuda --set batch_size=4 --steps 10 \
+      --config $c/fit-autocast-compile.toml --config $c/fit-bf16-weights.toml \
+      --config $c/fit-bf16-lce.toml --config $c/fit-bf16-lce-fp8.toml \
+      --config $c/fit-bf16-lce.toml --config $c/fit-bf16-lce-fp8.toml \
+      --json "$OUT/bench-$name-levers.json" > "$OUT/bench-$name-levers.log" 2>&1
+    tail -12 "$OUT/bench-$name-levers.log"
+    gputune tune --workload $w --device cuda --set batch_size=4 --max-memory 24GiB \
+      --budget-minutes "${FIT_MINUTES:-3.5}" --steps 10 \
+      --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
+      --set optimizer=fused --set fp8=off --search weights=fp32,bf16 --search optimizer_state=fp32,8bit \
+      --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy --search checkpointing=off,full \
+      --out "$OUT/tune-$name-24gib.toml" --json "$OUT/tune-$name-24gib.json" > "$OUT/tune-$name-24gib.log" 2>&1
+    grep -v "^\[" "$OUT/tune-$name-24gib.log" | tail -25 ;;
 esac

@@ -358,3 +358,12 @@ def read(path: str | os.PathLike) -> ExportedConfig:
 def load(path: str | os.PathLike) -> TuneConfig:
     """Read only the configuration from an exported file."""
     return read(path).config
+
+
+def canonical_value(key: str, value: Any) -> Any:
+    """One option's value checked and in canonical form, on its own (the rules across options,
+    such as weights = bf16 needing precision = bf16, are checked for whole configurations)."""
+    option = OPTIONS.get(key)
+    if option is None:
+        raise ConfigError(f"unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
+    return _coerce(option, value)

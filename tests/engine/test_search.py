@@ -25,6 +25,10 @@ from tuner_tui.engine.store import ResultStore
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
 MiB = 2**20
+MEMORY_LEVERS_HELD = {"weights": "fp32", "optimizer_state": "fp32", "fp8": "off",
+                      "micro_batch_size": 0}
+"""Held where a test is about the other stages: the memory levers have their own tests
+(test_memory_model.py)."""
 
 
 def _row(tokens_per_s=None, peak=None, status="ok", **config) -> TrialResult:
@@ -65,7 +69,13 @@ def test_the_space_holds_only_what_the_machine_can_run():
     assert values["precision"] == ("fp32", "bf16")  # tf32 and fp16 need CUDA
     assert values["compile_mode"] == ("off", "default")  # reduce-overhead needs CUDA
     assert "fused_kernels" not in values  # Triton needs a GPU: held at none
-    assert values["batch_size"] == (0, 16, 32)  # x1 is the default, written 0
+    # The batch the optimizer sees is searched only when asked; the memory levers always.
+    assert "batch_size" not in values
+    assert values["weights"] == ("fp32", "bf16")
+    assert values["optimizer_state"] == ("fp32", "bf16", "8bit")  # offload needs CUDA
+    assert "fp8" not in values  # float8 needs compute capability 8.9
+    asked = dict(default_space(CPU, 8, choices={"batch_size": ("x1", "x2", "x4")}).choices)
+    assert asked["batch_size"] == (0, 16, 32)  # x1 is the default, written 0
     gpu = dict(default_space(GPU, 16, fixed={"optimizer": "fused"}).choices)
     assert gpu["precision"] == ("fp32", "tf32", "bf16", "fp16") and "optimizer" not in gpu
     assert len(gpu["fused_kernels"]) == 3
@@ -98,8 +108,8 @@ def test_pareto_front_keeps_trials_no_other_beats_on_both():
 
 
 def test_staged_search_moves_from_the_best_and_tries_interacting_options_together():
-    space = default_space(GPU, 16, choices={"checkpointing": ("off", "full"),
-                                            "batch_size": ("x1", "x2")})
+    space = default_space(GPU, 16, fixed=MEMORY_LEVERS_HELD,
+                          choices={"checkpointing": ("off", "full"), "batch_size": ("x1", "x2")})
     strategy, history = StagedSearch(space), History(space)
     speed = {"precision": {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5},
              "compile_mode": {"off": 1, "default": 1.4, "reduce-overhead": 1.5}}
@@ -112,22 +122,27 @@ def test_staged_search_moves_from_the_best_and_tries_interacting_options_togethe
             tps *= 0.9 if c.checkpointing == "full" else 1.0
             history.add(c, _row(tps * 100 * (1.2 if c.batch_size else 1), 1, **c.to_dict()))
     assert rounds[0] == [space.start()] and space.start().changed() == {}
-    assert [c.precision for c in rounds[1]] == ["tf32", "bf16", "fp16"]
-    assert rounds[2] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa"})]
-    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[3]}
+    # The batch searched (asked for here) comes right after the baseline: every later stage
+    # compares its candidates at the batch that pays. Every batch size fits without
+    # checkpointing, so checkpointing (which only recomputes) is never tried.
+    assert [(c.batch_size, c.checkpointing) for c in rounds[1]] == [(32, "off")]
+    assert [c.precision for c in rounds[2]] == ["tf32", "bf16", "fp16"]
+    assert rounds[3] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
+                                               "batch_size": 32})]
+    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[4]}
     assert compile_round == {("default", "model"), ("default", "block"),
                              ("reduce-overhead", "model"), ("reduce-overhead", "block")}
-    # Every batch size fits without checkpointing, so checkpointing (which only recomputes) is
-    # never tried: the memory stage is the larger batch alone.
-    assert [(c.batch_size, c.checkpointing) for c in rounds[5]] == [(32, "off")]
-    kernels = rounds[6]  # with the winning compile mode first, then in eager, at batch 32
-    assert [c.compile_mode for c in kernels] == ["reduce-overhead", "off", "off", "off"]
+    # The memory stage again around the new incumbent: the other batch size, no checkpointing.
+    assert [(c.batch_size, c.checkpointing) for c in rounds[6]] == [(0, "off")]
+    kernels = rounds[7]  # with the winning compile mode first, then in eager, at batch 32
+    assert [c.compile_mode for c in kernels] == ["reduce-overhead", "off", "off"]
     # Under compile, a set of kernels that Inductor fuses itself swaps nothing: the same run as
-    # no kernels, so only the set with a loss kernel is tried there.
+    # no kernels, so only the set with a loss kernel is tried there. (No kernels in eager at
+    # batch 32 was measured by the attention stage.)
     assert kernels[0].effective_kernels() == ("linear_cross_entropy",)
-    assert [bool(c.fused_kernels) for c in kernels[1:]] == [True, True, False]
+    assert [bool(c.fused_kernels) for c in kernels[1:]] == [True, True]
     assert {c.batch_size for c in kernels} == {32}
-    assert len(rounds) == 7
+    assert len(rounds) == 8
     best = history.best()
     assert best.config["batch_size"] == 32 and best.config["checkpointing"] == "off"
     assert strategy.remaining(history) == 0
@@ -136,7 +151,7 @@ def test_staged_search_moves_from_the_best_and_tries_interacting_options_togethe
 def test_checkpointing_is_tried_only_where_a_batch_does_not_fit_cheapest_mode_first():
     space = default_space(GPU, 16, fixed={"precision": "bf16", "attention": "sdpa",
                                           "compile_mode": "off", "optimizer": "fused",
-                                          "fused_kernels": ()},
+                                          "fused_kernels": (), **MEMORY_LEVERS_HELD},
                           choices={"batch_size": ("x1", "x2", "x4")})
     assert space.values("checkpointing") == ("off", "selective", "every-n", "full")
     strategy, history = StagedSearch(space), History(space, budget_bytes=80 * MiB)
@@ -402,8 +417,8 @@ def test_a_compared_configuration_steers_the_stages_only_once_they_reach_it():
 
 def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_climb():
     fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
-             "optimizer": "fused", "fused_kernels": ()}
-    space = default_space(GPU, 16, fixed=fixed)
+             "optimizer": "fused", "fused_kernels": (), **MEMORY_LEVERS_HELD}
+    space = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2", "x4", "...")})
     assert space.values("batch_size") == (0, 32, 64) and space.grow_batch
     # Throughput per batch: rising to 256, then flat; 512 runs out of memory unless
     # checkpointed, and 1024 is never reached (the gain stopped).
@@ -432,8 +447,8 @@ def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_
 
 def test_the_batch_size_does_not_climb_when_the_largest_did_not_pay():
     fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
-             "optimizer": "fused", "fused_kernels": ()}
-    space = default_space(GPU, 16, fixed=fixed)
+             "optimizer": "fused", "fused_kernels": (), **MEMORY_LEVERS_HELD}
+    space = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2", "x4", "...")})
     strategy, history = StagedSearch(space), History(space, budget_bytes=2**40)
     speed = {16: 100, 32: 105, 64: 106}  # 64 beat 32 by 1%: below the 2% that pays a climb
     tried = []

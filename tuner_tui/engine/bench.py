@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -23,6 +23,7 @@ from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
+from tuner_tui.engine.search.memory import estimate
 from tuner_tui.engine.runner import NextWorker, TrialPlan, run_one, runnable, start_worker
 from tuner_tui.engine.table import summary
 
@@ -158,7 +159,10 @@ def run_bench(
             progress.begin(index, total, config.label())
             if index < total:
                 next_worker.begin(client)
+            estimated = estimate(config, results, default_batch)
             result = run_one(client, config, plan.trial_plan(), references.get(key, ()), progress)
+            if estimated is not None:
+                result = replace(result, memory_estimate=estimated.to_dict())
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)

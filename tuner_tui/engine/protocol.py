@@ -169,6 +169,10 @@ class TrialResult:
     memory_parts: dict = field(default_factory=dict)
     """Bytes on the training device after the first optimizer step, each storage counted once:
     {"parameters": ..., "gradients": ..., "optimizer_state": ...}; empty if no step ran."""
+    memory_estimate: dict = field(default_factory=dict)
+    """The search's estimate of the peak made before the trial ran, part by part (parameters,
+    gradients, optimizer_state, activations, total, basis: the trial it scaled from); empty
+    where nothing was measured before it."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

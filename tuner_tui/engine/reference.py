@@ -14,9 +14,12 @@ LOSS_CHECK_STEPS = 8
 
 
 def computes_reference(config: TuneConfig) -> bool:
-    """Computes what the fp32 eager reference computes (attention, optimizer implementation
-    and checkpointing change how, not what), so its own losses are the reference."""
-    return config.precision == "fp32" and config.compile_mode == "off" and not config.fused_kernels
+    """Computes what the fp32 eager reference computes (attention, optimizer implementation,
+    checkpointing, micro-batches and a CPU-offloaded fp32 AdamW change how, not what), so its own
+    losses are the reference."""
+    return (config.precision == "fp32" and config.compile_mode == "off"
+            and not config.fused_kernels and config.weights == "fp32" and config.fp8 == "off"
+            and config.optimizer_state in ("fp32", "offload"))
 
 
 def reference_key(config: TuneConfig, default_batch: int) -> tuple[int, float]:
@@ -24,9 +27,10 @@ def reference_key(config: TuneConfig, default_batch: int) -> tuple[int, float]:
     return (config.batch_size or default_batch, config.grad_clip)
 
 
-def reference_configs(config: TuneConfig) -> tuple[TuneConfig, TuneConfig]:
+def reference_configs(config: TuneConfig) -> tuple[TuneConfig, ...]:
     """The configurations that compute `config`'s reference, in the order to try them: plain,
-    then with full checkpointing (which recomputes but computes the same losses) where plain
-    does not fit."""
+    then with full checkpointing, then also one sample at a time (both recompute or accumulate,
+    but compute the same losses), where the one before does not fit."""
     plain = TuneConfig.reference(config.batch_size).replace(grad_clip=config.grad_clip)
-    return plain, plain.replace(checkpointing="full")
+    checkpointed = plain.replace(checkpointing="full")
+    return plain, checkpointed, checkpointed.replace(micro_batch_size=1)

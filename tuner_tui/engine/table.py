@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
+from tuner_tui.engine.search.memory import measured_peak
 
 
 def summary(r: protocol.TrialResult) -> str:
@@ -16,10 +17,12 @@ def format_table(
     results: list[protocol.TrialResult], baseline: float | None = None, item_name: str = "tokens"
 ) -> str:
     """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
-    by the first row's. `item_name`: what the workload counts (tokens, images, samples)."""
+    by the first row's. `item_name`: what the workload counts (tokens, images, samples).
+    "peak GiB" is what counts against a memory budget (the larger of the allocated and reserved
+    peaks); "est GiB" the estimate made before the row ran, from the rows before it."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
-               "MFU", "peak GiB", "compile s", "loss", "status"]
+               "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
         ratio = f"{r.tokens_per_s / base:.2f}x" if (r.tokens_per_s and base) else "-"
@@ -32,7 +35,8 @@ def format_table(
             ratio,
             f"{r.step_ms:.1f}" if r.step_ms else "-",
             f"{r.mfu:.1%}" if r.mfu is not None else "-",
-            fmt.gib(r.peak_memory_bytes, unit=False),
+            fmt.gib(measured_peak(r), unit=False),
+            fmt.gib(r.memory_estimate.get("total"), unit=False),
             f"{r.compile_s:.1f}" if r.compile_s is not None else "-",
             loss,
             r.status,

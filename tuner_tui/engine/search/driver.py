@@ -38,7 +38,8 @@ from tuner_tui.engine.runner import (
     NextWorker, TrialPlan, WorkerStartError, best, run_one, start_worker,
 )
 from tuner_tui.engine.search.memory import (
-    checkpoint_ratios, estimate_peak, measured_peak, pareto_front,
+    SKIP_MARGIN, checkpoint_ratios, estimate, estimate_peak, measured_peak, micro_batch,
+    pareto_front,
 )
 from tuner_tui.engine.search.report import SearchOutcome, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
@@ -143,7 +144,7 @@ class Search:
                         print(f"time budget of {self.plan.budget_s / 60:g} min reached; "
                               "the remaining trials were not run", file=self.out, flush=True)
                         break
-                    self.evaluate(config)
+                    self.evaluate(config, use_estimate=not self.strategy.must_run(config))
         finally:
             self._next.close()
         return self._outcome()
@@ -153,9 +154,10 @@ class Search:
             return math.inf
         return self.plan.budget_s - (time.monotonic() - self.started)
 
-    def evaluate(self, config: TuneConfig, use_estimate: bool = True, aside: bool = False) -> TrialResult:
+    def evaluate(self, config: TuneConfig, use_estimate: bool = True, aside: bool = False,
+                 limit: int | None = None) -> TrialResult:
         """Decide one configuration: reuse it from this search or the store, skip it by the
-        memory estimate, or run it in a fresh worker."""
+        memory estimate (against `limit`, by default the budget), or run it in a fresh worker."""
         done = self.history.get(config)
         if done is not None:
             return done
@@ -169,13 +171,18 @@ class Search:
             )
             return self._decided(config, stored.result, "reused", aside)
         # The estimate first: a configuration that will not run needs no reference either.
-        estimate = estimate_peak(config, self.history.all(), self.default_batch)
-        if use_estimate and estimate is not None and estimate > self.budget_bytes:
+        # It skips only what is clearly over (SKIP_MARGIN); near the limit the trial runs.
+        estimated = estimate(config, self.history.all(), self.default_batch)
+        limit = self.budget_bytes if limit is None else limit
+        if (use_estimate and estimated is not None and estimated.certain
+                and estimated.total > limit * SKIP_MARGIN):
             result = TrialResult(
                 config=config.to_dict(), label=config.label(), status="skipped",
                 workload=self.workload["name"], device=self.caps.device,
                 batch_size=config.batch_size or self.default_batch,
-                message=f"estimated peak {fmt.gib(estimate)} > memory budget {fmt.gib(self.budget_bytes)}",
+                memory_estimate=estimated.to_dict(),
+                message=f"estimated peak {fmt.gib(estimated.total)} > memory budget "
+                        f"{fmt.gib(limit)} by more than {SKIP_MARGIN - 1:.0%}",
             )
             self._begin(config)
             self.progress.end(f"skipped: {result.message}")
@@ -183,6 +190,8 @@ class Search:
         reference = self._reference_for(config)
         self._begin(config)
         result = self._run(config, reference, steps)
+        if estimated is not None:
+            result = replace(result, memory_estimate=estimated.to_dict())
         self.store.record(result, self.environment, self.workload_key, steps,
                           self.plan.warmup_steps)
         self.progress.end(summary(result) + _compile_note(result))
@@ -259,25 +268,29 @@ class Search:
             if (result.status == "ok" and result.losses and computes_reference(done)
                     and reference_key(done, 0) == reference_key(config, 0)):
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
-        plain, checkpointed = reference_configs(config)
-        for reference in (plain, checkpointed):
+        # A reference is run for its losses, not recommended for its memory: the limit is what
+        # the device holds, not the budget (a search for a 24 GiB card on a larger GPU checks
+        # its configurations against an fp32 reference that needs more than 24 GiB).
+        device = default_memory_budget(self.environment)
+        first = reference_configs(config)[0]
+        for reference in reference_configs(config):
             result = self.history.get(reference)
             if result is None:
                 # Checkpointing's saving is estimated from measured pairs; with none measured the
                 # estimate assumes no saving, so the checkpointed reference is tried instead (an
                 # OOM costs one short trial; an unchecked loss would cost the correctness gate).
-                trust = reference == plain or self._checkpoint_saving_measured("full")
-                estimate = estimate_peak(reference, self.history.all(), self.default_batch)
-                if trust and estimate is not None and estimate > self.budget_bytes:
+                trust = reference == first or self._checkpoint_saving_measured("full")
+                estimated = estimate_peak(reference, self.history.all(), self.default_batch)
+                if trust and estimated is not None and estimated > device:
                     continue
-                result = self.evaluate(reference, use_estimate=trust)
+                result = self.evaluate(reference, use_estimate=trust, limit=device)
             if result.status == "ok" and result.losses:
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
         return ()
 
     def _checkpoint_saving_measured(self, mode: str) -> bool:
         known = [(TuneConfig.from_dict(r.config), r) for r in self.history.all() if measured_peak(r)]
-        return bool(checkpoint_ratios(mode, known, lambda c: c.batch_size or self.default_batch))
+        return bool(checkpoint_ratios(mode, known, lambda c: micro_batch(c, self.default_batch)))
 
     # -- the outcome ---------------------------------------------------------------------------
     def _outcome(self) -> SearchOutcome:

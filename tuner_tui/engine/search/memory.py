@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from dataclasses import dataclass
 from typing import Iterable
 
 from strategies.config import TuneConfig
@@ -13,8 +14,24 @@ from strategies.registry import OPTIONS
 from tuner_tui.engine.protocol import TrialResult
 
 CHECKPOINT_PRIOR = 1.0
-"""Peak per sample of a checkpointed run relative to no checkpointing, until measured: 1.0, so an
-unmeasured checkpointing mode is never assumed to fit where no checkpointing would not."""
+"""Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
+so an unmeasured checkpointing mode is never assumed to fit where no checkpointing would not."""
+
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2}
+"""Bytes per parameter, and per gradient (gradients take the parameters' dtype), by `weights`."""
+STATE_BYTES = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}
+"""Bytes per parameter of AdamW's two moments on the training device, by `optimizer_state`
+(8-bit adds a scale per block of 256, under 1%; offload keeps them in host memory)."""
+
+SKIP_MARGIN = 1.15
+"""An estimate skips a trial only when it is this far over the budget: near it, the trial runs
+and is measured."""
+
+ACTIVATION_KEYS = ("precision", "weights", "attention", "fused_kernels", "fp8", "checkpointing",
+                   "checkpoint_every", "compile_mode", "compile_scope", "optimizer")
+"""The options that change what a run holds besides parameters, gradients and optimizer state
+(activations, logits and loss buffers, autocast's weight copies, compiled graphs' buffers, the
+optimizer's temporaries). Batch and micro-batch sizes scale it; the rest leave it alone."""
 
 
 def measured_peak(result: TrialResult) -> int | None:
@@ -23,60 +40,146 @@ def measured_peak(result: TrialResult) -> int | None:
     return max(peaks) if peaks else None
 
 
-def estimate_peak(
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A configuration's peak, part by part."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    """Everything else at the peak: activations, logits and loss buffers, compile overhead,
+    scaled from a measured trial (`basis`) by the micro-batch size."""
+    basis: str = ""
+    certain: bool = True
+    """False where the activations rest on an unmeasured checkpointing saving (a prior): such an
+    estimate never skips a trial."""
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+    def to_dict(self) -> dict:
+        return {"parameters": self.parameters, "gradients": self.gradients,
+                "optimizer_state": self.optimizer_state, "activations": self.activations,
+                "total": self.total, "basis": self.basis, "certain": self.certain}
+
+
+def parameter_count(measured: Iterable[TrialResult]) -> int | None:
+    """The model's parameter count, from the parameter bytes a trial measured."""
+    for r in measured:
+        parts = r.memory_parts or {}
+        if parts.get("parameters"):
+            weights = r.config.get("weights", "fp32")
+            return int(parts["parameters"] / WEIGHT_BYTES[weights])
+    return None
+
+
+def static_parts(config: TuneConfig, n_params: int) -> tuple[int, int, int]:
+    """Parameters, gradients and optimizer state of `config`, in bytes."""
+    w = WEIGHT_BYTES[config.weights]
+    return n_params * w, n_params * w, n_params * STATE_BYTES[config.optimizer_state]
+
+
+def micro_batch(config: TuneConfig, default_batch: int) -> int:
+    """Samples per forward/backward: what activations scale with."""
+    return config.micro_batch_size or config.batch_size or default_batch
+
+
+def estimate(
     config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
-) -> int | None:
-    """The peak memory `config` would reach, from the trials measured so far: the peak of the
-    nearest measured configuration (fewest other options different, then the same checkpointing,
-    then the closest batch size), scaled linearly with the batch size and by the measured ratio
-    between checkpointing modes. Linear scaling of the whole peak over-estimates larger batches
-    (weights and optimizer state do not grow), which errs on the side of not running out of
-    memory. None when nothing was measured."""
+) -> MemoryEstimate | None:
+    """`config`'s peak from the trials measured so far: its parameters, gradients and optimizer
+    state from the parameter count and their dtypes, and the rest (activations and buffers) per
+    sample from the nearest measured configuration (the same checkpointing mode first, which
+    decides most of what a sample holds, then the fewest other activation options different,
+    then the closest micro-batch), times the micro-batch, scaled by the measured ratio between
+    checkpointing modes where the nearest has another mode (`certain` is False where no such
+    ratio is measured yet). A trial measured without its parts counts its whole peak as per-sample, which
+    over-estimates larger micro-batches (the safe side). None when nothing was measured."""
     known = [(TuneConfig.from_dict(r.config), r) for r in measured if measured_peak(r)]
     if not known:
         return None
+    n_params = parameter_count(r for _, r in known)
 
-    def batch(c: TuneConfig) -> int:
-        return c.batch_size or default_batch
-
-    loose = ("batch_size", "checkpointing", "checkpoint_every")
-
-    def others(c: TuneConfig) -> int:
-        return sum(c[k] != config[k] for k in OPTIONS if k not in loose)
+    def micro(c: TuneConfig) -> int:
+        return micro_batch(c, default_batch)
 
     def distance(item):
         c, _ = item
-        return (others(c), c.checkpointing != config.checkpointing,
-                abs(math.log(batch(c) / batch(config))))
+        others = sum(c[k] != config[k] for k in ACTIVATION_KEYS
+                     if k not in ("checkpointing", "checkpoint_every"))
+        # Parameters and state are computed, so options that only change them do not count,
+        # except where a trial's parts were not measured.
+        if n_params is None:
+            others += sum(c[k] != config[k] for k in OPTIONS
+                          if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))
+        same_mode = (c.checkpointing, c.checkpoint_every) == (
+            config.checkpointing, config.checkpoint_every)
+        return (not same_mode, others, abs(math.log(micro(c) / micro(config))))
 
     near_config, near = min(known, key=distance)
-    per_sample = measured_peak(near) / batch(near_config)
-    ratio = checkpoint_ratio(config.checkpointing, known, batch) / checkpoint_ratio(
-        near_config.checkpointing, known, batch
-    )
-    return int(per_sample * ratio * batch(config))
+    certain = True
+    ratio = 1.0
+    if near_config.checkpointing != config.checkpointing:
+        ratio = checkpoint_ratio(config.checkpointing, known, micro, n_params) / checkpoint_ratio(
+            near_config.checkpointing, known, micro, n_params)
+        certain = all(m == "off" or checkpoint_ratios(m, known, micro, n_params)
+                      for m in (config.checkpointing, near_config.checkpointing))
+    if n_params is None:
+        per_sample = measured_peak(near) / micro(near_config)
+        return MemoryEstimate(0, 0, 0, int(per_sample * ratio * micro(config)), near.label,
+                              certain)
+    rest = max(0, measured_peak(near) - sum(static_parts(near_config, n_params)))
+    per_sample = rest / micro(near_config)
+    return MemoryEstimate(*static_parts(config, n_params),
+                          int(per_sample * ratio * micro(config)), near.label, certain)
 
 
-def checkpoint_ratios(mode: str, known, batch) -> list[float]:
-    """Peak per sample with `mode` over the same configuration without checkpointing, one per
-    measured pair; `known` holds (config, result) pairs with a measured peak."""
+def estimate_peak(
+    config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
+) -> int | None:
+    """The total of `estimate`, or None."""
+    found = estimate(config, measured, default_batch)
+    return found.total if found is not None else None
+
+
+def activations(result: TrialResult, n_params: int | None, default_batch: int) -> int | None:
+    """What a measured trial held beyond parameters, gradients and optimizer state."""
+    peak = measured_peak(result)
+    if peak is None or n_params is None:
+        return None
+    return max(0, peak - sum(static_parts(TuneConfig.from_dict(result.config), n_params)))
+
+
+def checkpoint_ratios(mode: str, known, micro, n_params: int | None = None) -> list[float]:
+    """What `mode` holds per sample beyond parameters, gradients and state (the whole peak where
+    the parameter count is unknown), over the same configuration without checkpointing: one
+    ratio per measured pair. `known` holds (config, result) pairs with a measured peak."""
+
+    def rest(c: TuneConfig, r: TrialResult) -> float:
+        if n_params is None:
+            return measured_peak(r)
+        return max(1, measured_peak(r) - sum(static_parts(c, n_params)))
+
     ratios = []
     for c, r in known:
         if c.checkpointing != mode:
             continue
         for c_off, r_off in known:
             if c_off.checkpointing == "off" and c_off.replace(
-                batch_size=c.batch_size, checkpointing=mode, checkpoint_every=c.checkpoint_every
+                batch_size=c.batch_size, micro_batch_size=c.micro_batch_size,
+                checkpointing=mode, checkpoint_every=c.checkpoint_every,
             ) == c:
-                ratios.append((measured_peak(r) / batch(c)) / (measured_peak(r_off) / batch(c_off)))
+                ratios.append((rest(c, r) / micro(c)) / (rest(c_off, r_off) / micro(c_off)))
     return ratios
 
 
-def checkpoint_ratio(mode: str, known, batch) -> float:
+def checkpoint_ratio(mode: str, known, micro, n_params: int | None = None) -> float:
     """The median of the measured ratios for `mode`; CHECKPOINT_PRIOR until one is measured."""
     if mode == "off":
         return 1.0
-    ratios = checkpoint_ratios(mode, known, batch)
+    ratios = checkpoint_ratios(mode, known, micro, n_params)
     return statistics.median(ratios) if ratios else CHECKPOINT_PRIOR
 
 

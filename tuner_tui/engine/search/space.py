@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.config import ConfigError, TuneConfig, parse_value
+from strategies.config import ConfigError, TuneConfig, canonical_value, parse_value
 from strategies.registry import OPTIONS, Capabilities, option_unavailable
 
 KERNEL_SETS = (
@@ -30,9 +30,20 @@ DEFAULT_CHOICES: dict[str, tuple] = {
     "optimizer": ("plain", "foreach", "fused"),
     "fused_kernels": KERNEL_SETS,
     "checkpointing": ("off", "selective", "every-n", "full"),
-    # Multiples of the workload's default batch size (resolved when the workload is known).
-    "batch_size": ("x1", "x2", "x4"),
+    "weights": ("fp32", "bf16"),
+    "optimizer_state": ("fp32", "bf16", "8bit", "offload"),
+    "fp8": ("off", "tensorwise", "rowwise"),
+    # The micro-batch is varied freely by the memory stage (divisors of the batch, down to 1);
+    # the batch size the optimizer sees changes the training, so it is searched only when the
+    # user asks (--search batch_size=x1,x2 or, to climb past the last while it pays, x1,x2,...).
 }
+
+CLIMB = "..."
+"""Written last in `--search batch_size=x1,x2,...`: try doublings past the last while they pay."""
+
+TORCHAO_STEPS = frozenset({"bf16", "8bit"})
+"""optimizer_state values stepped by torchao's AdamW, where `optimizer` (torch's implementation
+flags) does nothing."""
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -41,8 +52,10 @@ class SearchSpace:
     choices: tuple[tuple[str, tuple], ...]
     fixed: tuple[tuple[str, Any], ...] = ()
     grow_batch: bool = False
-    """Try batch sizes beyond the largest candidate while they keep paying (the default batch
-    choices only: batch sizes the user listed are taken as the whole set)."""
+    """Try batch sizes beyond the largest candidate while they keep paying (`--search
+    batch_size=x1,x2,...`)."""
+    default_batch: int = 0
+    """The workload's batch size, which `batch_size = 0` stands for."""
 
     def values(self, key: str) -> tuple:
         found = dict(self.choices).get(key)
@@ -76,14 +89,40 @@ class SearchSpace:
             changes["checkpoint_every"] = fixed.get(
                 "checkpoint_every", default_value("checkpoint_every")
             )
+        if config.micro_batch_size and config.micro_batch_size == (
+                config.batch_size or self.default_batch):
+            changes["micro_batch_size"] = 0
+        torchao = config.optimizer_state in TORCHAO_STEPS or config.weights == "bf16"
+        if torchao and "optimizer" not in fixed:
+            changes["optimizer"] = self.values("optimizer")[0]
         return config.replace(**changes)
+
+    def micro_batches(self, config: TuneConfig) -> list[int]:
+        """The micro-batch sizes the memory stage tries for `config`'s batch: the whole batch
+        (0), then halves down to 1 (the divisors a power of two apart); the user's own list if
+        they searched it."""
+        listed = dict(self.choices).get("micro_batch_size")
+        if listed is not None:
+            return list(listed)
+        fixed = dict(self.fixed)
+        if "micro_batch_size" in fixed:
+            return [fixed["micro_batch_size"]]
+        batch = config.batch_size or self.default_batch
+        sizes, size = [0], batch // 2
+        while size >= 1 and batch % size == 0:
+            sizes.append(size)
+            size //= 2
+        if sizes[-1] != 1 and batch > 1:
+            sizes.append(1)
+        return sizes
 
     def contains(self, config: TuneConfig) -> bool:
         canonical = self.canonical(config)
         return canonical == config and all(
             self._listed(key, config) or self._grown(key, config[key])
             for key in OPTIONS
-            if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every")
+            if key not in ("compile_scope", "compile_fullgraph", "checkpoint_every",
+                           "micro_batch_size")
         ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
 
     def _listed(self, key: str, config: TuneConfig) -> bool:
@@ -131,14 +170,16 @@ def default_space(
     fixed = dict(fixed or {})
     merged = {**DEFAULT_CHOICES, **(choices or {})}
     kept: list[tuple[str, tuple]] = []
+    grow = False
     for key, values in merged.items():
         if key in fixed:
             continue
         if key == "batch_size":
-            values = tuple(_batch_value(v, default_batch) for v in values)
+            grow = CLIMB in values
+            values = tuple(_batch_value(v, default_batch) for v in values if v != CLIMB)
         runnable = []
         for value in values:
-            canonical = TuneConfig.from_dict({key: value})[key]
+            canonical = canonical_value(key, value)
             runs = option_unavailable(OPTIONS[key], canonical, caps) is None
             if runs and canonical not in runnable:
                 runnable.append(canonical)
@@ -153,8 +194,8 @@ def default_space(
     modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
     if modes == ("off",):  # a compile scope changes nothing without compile
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
-    grow = "batch_size" in dict(kept) and "batch_size" not in (choices or {})
-    return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow)
+    return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow,
+                       default_batch=default_batch)
 
 
 def _batch_value(value: Any, default_batch: int) -> int:
@@ -166,24 +207,27 @@ def _batch_value(value: Any, default_batch: int) -> int:
 
 def parse_choices(key: str, text: str) -> tuple:
     """The values of `--search KEY=V1,V2`; set values join their items with '+' (`none` for
-    the empty set), e.g. fused_kernels=none,layer_norm+gelu."""
+    the empty set), e.g. fused_kernels=none,layer_norm+gelu; batch sizes may be multiples of the
+    workload's (x2) and end in `...` to climb past the last while a larger batch pays."""
     option = OPTIONS.get(key)
     if option is None:
         raise ConfigError(
             f"--search: unknown option {key!r}: allowed options are " + ", ".join(OPTIONS)
         )
     values = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    for position, item in enumerate(items):
         if option.kind == "set":
             value = () if item == "none" else tuple(t for t in item.split("+") if t)
-        elif key == "batch_size" and re.fullmatch(r"x\d+(\.\d+)?", item):
+        elif key == "batch_size" and (re.fullmatch(r"x\d+(\.\d+)?", item) or item == CLIMB):
+            if item == CLIMB and position != len(items) - 1:
+                raise ConfigError(f"--search batch_size: {CLIMB} may only come last, e.g. "
+                                  "batch_size=x1,x2,...")
             values.append(item)
             continue
         else:
             value = parse_value(option, item)
-        values.append(TuneConfig.from_dict({key: value})[key])  # names the bad value
+        values.append(canonical_value(key, value))  # names the bad value
     if not values:
         raise ConfigError(f"--search {key}= names no values: {option.describe_allowed()}")
     return tuple(values)

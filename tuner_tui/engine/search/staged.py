@@ -100,26 +100,43 @@ class SearchStrategy:
     def remaining(self, history: History) -> int:
         return 0
 
+    def must_run(self, config: TuneConfig) -> bool:
+        """True for a configuration that must be measured even where the memory estimate says
+        it will not fit (the estimate may rest on what this one is to measure)."""
+        return False
+
 
 class StagedSearch(SearchStrategy):
     """Greedy in stages from the fp32 eager baseline: each stage varies one option, or a few that
-    interact, around the best configuration so far. One stage turns memory into speed: it tries
-    the larger batch sizes, and checkpointing only where a batch size does not fit without it.
-    Kernels are tried together with compile (they can fight: a fused kernel is opaque to
-    Inductor's own fusion)."""
+    interact, around the best configuration so far. Memory first where it is short: when the
+    baseline does not fit the budget, the search starts from the configuration that needs the
+    least memory (`floors`) and climbs in speed from there. The memory stage turns memory into
+    speed: per micro-batch size, from the whole batch down, the cheapest checkpointing mode that
+    fits, and smaller micro-batches only where the larger ones do not fit without
+    checkpointing. Kernels are tried together with compile (they can fight: a fused kernel is
+    opaque to Inductor's own fusion)."""
 
-    MEMORY_STAGE = "batch size, checkpointing where memory runs out"
+    FIT_STAGE = "fit: the least memory first, where the baseline does not fit"
+    MEMORY_STAGE = "micro-batch, checkpointing where memory runs out"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("baseline", ()),
-        ("precision", ("precision",)),
+        (FIT_STAGE, ()),
+        # Right after a fit-first start: the floor's micro-batch of 1 and full checkpointing
+        # are slow, and every later stage compares its candidates at the incumbent's.
+        (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
+        ("precision", ("precision", "weights")),
         ("attention", ("attention",)),
         ("compile", ("compile_mode", "compile_scope")),
-        ("optimizer", ("optimizer",)),
-        # Batch size before kernels: it moves throughput more than any kernel (ANCHORS.md), so a
-        # search cut short by its time budget loses the smaller lever.
-        (MEMORY_STAGE, ("batch_size", "checkpointing")),
+        ("optimizer", ("optimizer", "optimizer_state")),
+        # Memory before kernels: the batch the device holds at once moves throughput more than
+        # any kernel (ANCHORS.md), so a search cut short by its time budget loses the smaller
+        # lever.
+        (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
         ("kernels x compile", ("compile_mode", "fused_kernels")),
+        ("fp8", ("fp8",)),
     )
+    ROUNDS_UNTIL_DONE = (FIT_STAGE, MEMORY_STAGE)
+    """Stages that go on, a round at a time, until they propose nothing new."""
     CHECKPOINT_COST = ("off", "selective", "every-n", "full")
     """Checkpointing modes from the least recomputation to the most."""
 
@@ -132,6 +149,8 @@ class StagedSearch(SearchStrategy):
     def candidates(self, stage: int, history: History) -> list[TuneConfig]:
         name, keys = self.STAGES[stage]
         incumbent = self._incumbent(history)
+        if name == self.FIT_STAGE:
+            return self._fit_candidates(history)
         if name == self.MEMORY_STAGE:
             return self._memory_candidates(incumbent, history)
         axes = []
@@ -153,24 +172,80 @@ class StagedSearch(SearchStrategy):
             found.sort(key=lambda c: (c.compile_mode == "off", not c.fused_kernels))
         return found
 
+    def floors(self) -> list[TuneConfig]:
+        """The configurations of the space that need the least memory, in the order to try them:
+        bf16 weights (bf16 precision), 8-bit optimizer state (then state offloaded to the host),
+        the fused linear + cross-entropy and SDPA where the space has them, full checkpointing,
+        and a micro-batch of 1."""
+        values = self.space.values
+        changes: dict = {}
+        if "bf16" in values("weights") and "bf16" in values("precision"):
+            changes.update(weights="bf16", precision="bf16")
+        if "sdpa" in values("attention"):
+            changes["attention"] = "sdpa"
+        with_loss = [k for k in values("fused_kernels") if "linear_cross_entropy" in k]
+        if with_loss:
+            changes["fused_kernels"] = max(with_loss, key=len)
+        if "full" in values("checkpointing"):
+            changes["checkpointing"] = "full"
+        if 1 in self.space.micro_batches(self.space.start()):
+            changes["micro_batch_size"] = 1
+        states = [s for s in ("8bit", "offload", "bf16") if s in values("optimizer_state")]
+        found = []
+        for state in states or [None]:
+            extra = {"optimizer_state": state} if state else {}
+            config = self._variant(self.space.start(), {**changes, **extra})
+            if config is not None and config not in found:
+                found.append(config)
+        return found
+
+    def must_run(self, config: TuneConfig) -> bool:
+        """The floors: they measure what the least memory is."""
+        return config in self.floors()
+
+    def _fit_candidates(self, history: History) -> list[TuneConfig]:
+        """Where the baseline does not fit (out of memory, or measured or estimated over the
+        budget) and nothing else has: the next floor not yet tried, until one fits."""
+        baseline = history.get(self.space.start())
+        if baseline is None or history.fits(baseline) or history.steering_best() is not None:
+            return []
+        for floor in self.floors():
+            result = history.get(floor)
+            if result is None or history.is_aside(floor):
+                return [floor]
+            if history.fits(result):
+                return []
+        return []
+
     def _memory_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
-        """Per batch size, the next checkpointing mode to try: none first, then, only while the
-        batch does not fit (out of memory, or over the budget by estimate or measurement), the
-        next mode by cost. Checkpointing recomputes activations, so where a batch fits without
-        it, it can only slow the step; its worth is the larger batch it lets fit."""
+        """Per batch size and micro-batch size (the whole batch first), the next checkpointing
+        mode to try: none first, then, only while it does not fit (out of memory, or over the
+        budget by estimate or measurement), the next mode by cost. Checkpointing recomputes
+        activations and accumulation splits the work into smaller launches, so where a larger
+        micro-batch fits without checkpointing, neither can make the step faster: the smaller
+        micro-batches are tried only where the larger one does not fit (or not yet known)."""
         modes = sorted(self.space.values("checkpointing"), key=self._cost)
         found: list[TuneConfig] = []
         for batch in self._batch_sizes(history):
-            for mode in modes:
-                config = self._variant(incumbent, {"batch_size": batch, "checkpointing": mode})
-                if config is None:
-                    continue
-                result = history.get(config)
-                if result is None or history.is_aside(config):
-                    if config not in found:
-                        found.append(config)
-                    break
-                if history.fits(result):
+            sized = self._variant(incumbent, {"batch_size": batch})
+            for micro in self.space.micro_batches(sized or incumbent):
+                settled = None  # the first mode that fits or is still to be measured
+                for mode in modes:
+                    config = self._variant(incumbent, {"batch_size": batch,
+                                                       "micro_batch_size": micro,
+                                                       "checkpointing": mode})
+                    if config is None:
+                        continue
+                    result = history.get(config)
+                    if result is None or history.is_aside(config):
+                        if config not in found:
+                            found.append(config)
+                        settled = mode
+                        break
+                    if history.fits(result):
+                        settled = mode
+                        break
+                if settled == modes[0]:
                     break
         return found
 
@@ -224,9 +299,9 @@ class StagedSearch(SearchStrategy):
                     history.adopt(config)
                 continue
             name = self.STAGES[self.stage][0]
-            # The memory stage goes on (one checkpointing mode further per round) until every
-            # batch size fits or has run out of modes; the others take one round.
-            if not found or name != self.MEMORY_STAGE:
+            # The fit and memory stages go on (one floor, or one checkpointing mode further, per
+            # round) until they propose nothing new; the others take one round.
+            if not found or name not in self.ROUNDS_UNTIL_DONE:
                 self.stage += 1
             if found:
                 self.round, self.round_stage = found, name

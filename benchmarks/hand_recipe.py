@@ -1,0 +1,100 @@
+"""The recipe practitioners apply by hand to a Hugging Face Llama, measured as gputune measures:
+bf16 weights (the model cast to bf16), Liger-Kernel's `apply_liger_kernel_to_llama` (its fused
+linear + cross-entropy inside the HF forward, RMSNorm, SwiGLU, RoPE) and torch's fused AdamW,
+on the same model, seed and batches as `--workload examples.hf_causal_lm:llama`.
+
+Liger-Kernel is not a dependency of gputune: it is carried as a wheel for this benchmark only.
+
+    python3 benchmarks/hand_recipe.py --batch-size 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def measure(batch_size: int, steps: int, warmup: int, seed: int) -> dict:
+    from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+    from examples.hf_causal_lm import llama
+
+    # Patches transformers' Llama modules: must come before the model is built.
+    apply_liger_kernel_to_llama()
+    workload = llama(device="cuda", seed=seed)
+    device = torch.device("cuda")
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(seed)
+    with device:
+        model = workload.build_model()
+    model.to(torch.bfloat16).train()
+    base = workload.make_optimizer(model)
+    optimizer = torch.optim.AdamW(
+        [{**g, "foreach": False, "fused": True} for g in base.param_groups])
+    times, losses = [], []
+    for i in range(warmup + steps):
+        batch = workload.batch(i, batch_size, device)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = workload.loss(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end.record()
+        end.synchronize()
+        losses.append(float(loss))
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    median = statistics.median(times)
+    q = statistics.quantiles(times, n=4)
+    tokens = batch_size * workload.items_per_sample
+    return {
+        "label": "hand recipe: bf16 weights + Liger-Kernel + fused AdamW",
+        "batch_size": batch_size, "sequence_length": workload.items_per_sample,
+        "step_ms": median, "step_ms_q1": q[0], "step_ms_q3": q[2],
+        "tokens_per_s": tokens / (median / 1e3),
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "losses": losses[:8],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", required=True)
+    args = p.parse_args()
+    import liger_kernel
+    import triton
+
+    row = measure(args.batch_size, args.steps, args.warmup, args.seed)
+    doc = {
+        "tool": "benchmarks/hand_recipe.py",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "environment": {
+            "gpu_name": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": triton.__version__, "cuda": torch.version.cuda,
+            "liger_kernel": getattr(liger_kernel, "__version__", "0.8.5"),
+        },
+        "result": row,
+    }
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+    print(f"{row['label']}: {row['tokens_per_s'] / 1e3:.1f}k tokens/s, "
+          f"{row['step_ms']:.1f} ms/step (IQR {row['step_ms_q1']:.1f}-{row['step_ms_q3']:.1f}), "
+          f"peak {max(row['peak_memory_bytes'], row['peak_reserved_bytes']) / 2**30:.2f} GiB "
+          f"(allocated {row['peak_memory_bytes'] / 2**30:.2f})")
+
+
+if __name__ == "__main__":
+    main()
