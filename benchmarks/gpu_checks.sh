@@ -46,7 +46,7 @@ case "${1:-}" in
     python3 -m tuner_tui.engine.telemetry > "$OUT/telemetry-h200.json" 2>&1 ;;
   tune)
     # The anchor's configuration is measured inside the search (--compare), in the same run.
-    export GPUTUNE_HOME=/tmp/gputune-home
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home}
     start=$(date +%s)
     gputune tune --workload gpt2-124m --device cuda --budget-minutes "${TUNE_MINUTES:-8.5}" \
       --compare benchmarks/configs/gpt2-compile-fused.toml \
@@ -108,11 +108,11 @@ case "${1:-}" in
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
       2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
   fit-recipe)
-    export GPUTUNE_HOME=/tmp/gputune-home TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
     budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
     gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
-      --max-memory "${budget}B" --budget-minutes "${FIT_MINUTES:-5.5}" --steps 10 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5}" --trial-timeout 150 --steps 10 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
       --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16,8bit \
       --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
@@ -121,7 +121,7 @@ case "${1:-}" in
     grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | tail -30
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
   fit-levers|fit-llama)
-    export GPUTUNE_HOME=/tmp/gputune-home TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     if [ "$1" = fit-levers ]; then w=examples.hf_causal_lm:llama; name=hf-llama; else w=llama-1b; name=llama-1b; fi
     c=benchmarks/configs
     # One lever at a time from gputune's earlier best (autocast + compile + fused AdamW); the fp8
@@ -133,7 +133,7 @@ case "${1:-}" in
       --json "$OUT/bench-$name-levers.json" > "$OUT/bench-$name-levers.log" 2>&1
     tail -12 "$OUT/bench-$name-levers.log"
     gputune tune --workload $w --device cuda --set batch_size=4 --max-memory 24GiB \
-      --budget-minutes "${FIT_MINUTES:-3.5}" --steps 10 \
+      --budget-minutes "${FIT_LEVERS_MINUTES:-3}" --trial-timeout 150 --steps 10 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
       --set optimizer=fused --set fp8=off --search weights=fp32,bf16 --search optimizer_state=fp32,8bit \
       --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy --search checkpointing=off,full \

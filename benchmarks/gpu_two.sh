@@ -3,7 +3,7 @@
 # tool's nvidia-h200-x2): each list runs in order on its own GPU, with its own results folder.
 #   bash benchmarks/gpu_two.sh "tune" "faults lce"
 # Results: gpu0/, gpu1/ (one folder per GPU), packed into $OUT/results.tgz (a device call returns 8 files).
-# Each GPU's measurements are its own: the two GPUs share only the host (CPU cores for
+# Each GPU's measurements are its own (its own result store too): the two GPUs share only the host (CPU cores for
 # compiling, memory); each console.log names its GPU (CUDA_VISIBLE_DEVICES), and the NVML panel
 # follows that variable.
 set -uo pipefail
@@ -17,7 +17,7 @@ gpu=0
 for sections in "$@"; do
   mkdir -p "$WORK/gpu$gpu"
   # Stopped at GPU_TWO_LIMIT_S so that the results are packed before the call's own limit.
-  CUDA_VISIBLE_DEVICES=$gpu OUT="$WORK/gpu$gpu" timeout -k 10 "${GPU_TWO_LIMIT_S:-570}" bash -c '
+  GPUTUNE_HOME=/tmp/gputune-home-gpu$gpu CUDA_VISIBLE_DEVICES=$gpu OUT="$WORK/gpu$gpu" timeout -k 10 "${GPU_TWO_LIMIT_S:-570}" bash -c '
     for section in $1; do
       echo "== gpu $CUDA_VISIBLE_DEVICES: $section $(date +%T)"
       bash benchmarks/gpu_checks.sh "$section"

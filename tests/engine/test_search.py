@@ -127,9 +127,10 @@ def test_staged_search_moves_from_the_best_and_tries_interacting_options_togethe
     # checkpointing, so checkpointing (which only recomputes) is never tried.
     assert [(c.batch_size, c.checkpointing) for c in rounds[1]] == [(32, "off")]
     assert [c.precision for c in rounds[2]] == ["tf32", "bf16", "fp16"]
-    assert rounds[3] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
+    assert [c.optimizer for c in rounds[3]] == ["foreach", "fused"]
+    assert rounds[4] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
                                                "batch_size": 32})]
-    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[4]}
+    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[5]}
     assert compile_round == {("default", "model"), ("default", "block"),
                              ("reduce-overhead", "model"), ("reduce-overhead", "block")}
     # The memory stage again around the new incumbent: the other batch size, no checkpointing.
@@ -391,8 +392,9 @@ def test_a_compared_configuration_steers_the_stages_only_once_they_reach_it():
     # `tune --compare` measures the user's compiled configuration first. The early stages
     # still vary precision and attention in eager (seconds a trial, not a compile each), and
     # the compared run is not measured again when the compile stage reaches it.
-    space = default_space(GPU, 16, choices={"checkpointing": ("off",), "batch_size": ("x1",),
-                                            "fused_kernels": ((),)})
+    space = default_space(GPU, 16, fixed=MEMORY_LEVERS_HELD,
+                          choices={"checkpointing": ("off",), "batch_size": ("x1",),
+                                   "fused_kernels": ((),)})
     strategy, history = StagedSearch(space), History(space)
     compared = TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
                                      "compile_mode": "default", "optimizer": "fused"})
@@ -407,12 +409,12 @@ def test_a_compared_configuration_steers_the_stages_only_once_they_reach_it():
             speed = {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5}[c.precision]
             speed *= 1.1 if c.attention == "sdpa" else 1.0
             speed *= 1.4 if c.compile_mode != "off" else 1.0
+            speed *= 1.05 if c.optimizer == "fused" else 1.0
             history.add(c, _row(speed * 100, 1, **c.to_dict()))
     assert rounds[0] == [space.start()]
-    assert all(c.compile_mode == "off" for r in rounds[:3] for c in r)
+    assert all(c.compile_mode == "off" for r in rounds[:4] for c in r)
     assert not history.aside  # the compile stage reached it and adopted it
-    optimizer_round = rounds[4]
-    assert {c.compile_mode for c in optimizer_round} == {"default"}  # around the adopted one
+    assert history.steering_best().config == compared.to_dict()
 
 
 def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_climb():

@@ -86,17 +86,35 @@ def micro_batch(config: TuneConfig, default_batch: int) -> int:
     return config.micro_batch_size or config.batch_size or default_batch
 
 
+def _activation_values(c: TuneConfig, key: str):
+    value = c.effective_kernels() if key == "fused_kernels" else c[key]
+    if key == "checkpointing":
+        return (value, c.checkpoint_every if value == "every-n" else 0)
+    return value
+
+
+ACTIVATION_AXES = tuple(k for k in ACTIVATION_KEYS if k != "checkpoint_every")
+"""Where two configurations can differ in what a sample holds (checkpoint_every goes with
+checkpointing, and the kernels are compared as `effective_kernels`)."""
+
+
+def _differing(a: TuneConfig, b: TuneConfig) -> list[str]:
+    return [k for k in ACTIVATION_AXES if _activation_values(a, k) != _activation_values(b, k)]
+
+
 def estimate(
     config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
 ) -> MemoryEstimate | None:
     """`config`'s peak from the trials measured so far: its parameters, gradients and optimizer
-    state from the parameter count and their dtypes, and the rest (activations and buffers) per
-    sample from the nearest measured configuration (the same checkpointing mode first, which
-    decides most of what a sample holds, then the fewest other activation options different,
-    then the closest micro-batch), times the micro-batch, scaled by the measured ratio between
-    checkpointing modes where the nearest has another mode (`certain` is False where no such
-    ratio is measured yet). A trial measured without its parts counts its whole peak as per-sample, which
-    over-estimates larger micro-batches (the safe side). None when nothing was measured."""
+    state from the parameter count and their dtypes, and the rest (activations, logits and loss
+    buffers, compile overhead) per sample from the nearest measured configuration (the fewest
+    activation options different, then the closest micro-batch), times the micro-batch. Each
+    option that differs from the nearest scales the rest by the ratio measured between a pair of
+    trials differing in that option alone (full checkpointing over none, the fused loss over
+    HF's, ...); where no such pair was measured the ratio is 1 and the estimate is not `certain`
+    (it then never skips a trial). A trial measured without its parts counts its whole peak as
+    per-sample, which over-estimates larger micro-batches (the safe side). None when nothing
+    was measured."""
     known = [(TuneConfig.from_dict(r.config), r) for r in measured if measured_peak(r)]
     if not known:
         return None
@@ -105,35 +123,45 @@ def estimate(
     def micro(c: TuneConfig) -> int:
         return micro_batch(c, default_batch)
 
+    def rest(c: TuneConfig, r: TrialResult) -> float:
+        if n_params is None:
+            return measured_peak(r)
+        return max(1, measured_peak(r) - sum(static_parts(c, n_params)))
+
     def distance(item):
         c, _ = item
-        others = sum(c[k] != config[k] for k in ACTIVATION_KEYS
-                     if k not in ("checkpointing", "checkpoint_every"))
-        # Parameters and state are computed, so options that only change them do not count,
-        # except where a trial's parts were not measured.
-        if n_params is None:
+        others = len(_differing(c, config))
+        if n_params is None:  # parameters and state are in the measured peak, not computed
             others += sum(c[k] != config[k] for k in OPTIONS
                           if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))
-        same_mode = (c.checkpointing, c.checkpoint_every) == (
-            config.checkpointing, config.checkpoint_every)
-        return (not same_mode, others, abs(math.log(micro(c) / micro(config))))
+        return (others, abs(math.log(micro(c) / micro(config))))
 
     near_config, near = min(known, key=distance)
-    certain = True
-    ratio = 1.0
-    if near_config.checkpointing != config.checkpointing:
-        ratio = checkpoint_ratio(config.checkpointing, known, micro, n_params) / checkpoint_ratio(
-            near_config.checkpointing, known, micro, n_params)
-        certain = all(m == "off" or checkpoint_ratios(m, known, micro, n_params)
-                      for m in (config.checkpointing, near_config.checkpointing))
-    if n_params is None:
-        per_sample = measured_peak(near) / micro(near_config)
-        return MemoryEstimate(0, 0, 0, int(per_sample * ratio * micro(config)), near.label,
-                              certain)
-    rest = max(0, measured_peak(near) - sum(static_parts(near_config, n_params)))
-    per_sample = rest / micro(near_config)
-    return MemoryEstimate(*static_parts(config, n_params),
-                          int(per_sample * ratio * micro(config)), near.label, certain)
+    ratio, certain = 1.0, True
+    for key in _differing(near_config, config):
+        found = option_ratio(key, _activation_values(config, key),
+                             _activation_values(near_config, key), known, micro, rest)
+        if found is None:
+            certain = False
+        else:
+            ratio *= found
+    per_sample = rest(near_config, near) / micro(near_config) * ratio
+    statics = static_parts(config, n_params) if n_params is not None else (0, 0, 0)
+    return MemoryEstimate(*statics, int(per_sample * micro(config)), near.label, certain)
+
+
+def option_ratio(key, to_value, from_value, known, micro, rest) -> float | None:
+    """What a sample holds with `key` at `to_value` over `from_value`, the median over measured
+    pairs of trials that differ in that option alone (batch, micro-batch and the options that
+    only change parameters and state aside); None where no pair was measured."""
+    ratios = []
+    for c, r in known:
+        if _activation_values(c, key) != to_value:
+            continue
+        for c2, r2 in known:
+            if _activation_values(c2, key) == from_value and _differing(c, c2) == [key]:
+                ratios.append((rest(c, r) / micro(c)) / (rest(c2, r2) / micro(c2)))
+    return statistics.median(ratios) if ratios else None
 
 
 def estimate_peak(

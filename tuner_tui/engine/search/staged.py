@@ -125,15 +125,19 @@ class StagedSearch(SearchStrategy):
         # are slow, and every later stage compares its candidates at the incumbent's.
         (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
         ("precision", ("precision", "weights")),
+        # The optimizer's state next: after a fit-first start it holds the most memory that
+        # speed can buy back (8-bit state is slower than bf16 or fp32), and eager trials are cheap.
+        ("optimizer", ("optimizer", "optimizer_state")),
         ("attention", ("attention",)),
         ("compile", ("compile_mode", "compile_scope")),
-        ("optimizer", ("optimizer", "optimizer_state")),
         # Memory before kernels: the batch the device holds at once moves throughput more than
         # any kernel (ANCHORS.md), so a search cut short by its time budget loses the smaller
         # lever.
         (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
         ("kernels x compile", ("compile_mode", "fused_kernels")),
         ("fp8", ("fp8",)),
+        # Once more: the fused loss and fp8 free memory that a larger micro-batch may use.
+        (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
     )
     ROUNDS_UNTIL_DONE = (FIT_STAGE, MEMORY_STAGE)
     """Stages that go on, a round at a time, until they propose nothing new."""
