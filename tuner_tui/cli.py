@@ -57,6 +57,8 @@ def build_parser() -> Parser:
     parser.add_argument("--version", action="version", version=f"gputune {__version__}")
     add_run_options(parser)
     parser.add_argument("--config", metavar="FILE", help="start from an exported configuration")
+    parser.add_argument("--max-memory", metavar="SIZE", help="memory budget the memory panel "
+                        "shows the peak against, e.g. 24GiB")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
 
     bench = sub.add_parser("bench", help="measure configurations side by side, headless",
@@ -277,9 +279,17 @@ def cmd_tune(args) -> int:
 def cmd_dashboard(args) -> int:
     check_run_options(args)
     start = read(args.config).config if args.config else None
+    budget = None
+    if args.max_memory is not None:
+        from tuner_tui.engine.search.memory import parse_bytes
+
+        try:
+            budget = parse_bytes(args.max_memory)
+        except ValueError as exc:
+            raise UsageError(f"--max-memory {exc}") from None
     from tuner_tui.app import run_dashboard
 
-    return run_dashboard(worker_spec(args), start)
+    return run_dashboard(worker_spec(args), start, budget)
 
 
 def _raise_interrupt(signum, frame):

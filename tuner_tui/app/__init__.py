@@ -12,10 +12,11 @@ if TYPE_CHECKING:
     from tuner_tui.engine.protocol import WorkerSpec
 
 
-def run_dashboard(spec: "WorkerSpec", start_config: "TuneConfig | None" = None) -> int:
+def run_dashboard(spec: "WorkerSpec", start_config: "TuneConfig | None" = None,
+                  memory_budget: int | None = None) -> int:
     from tuner_tui.app.app import run_dashboard as _run
 
-    return _run(spec, start_config)
+    return _run(spec, start_config, memory_budget)
 
 
 __all__ = ["run_dashboard"]

@@ -32,6 +32,7 @@ from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
 from tuner_tui.app.widgets.gpu_panel import GpuPanel
 from tuner_tui.app.widgets.host_panel import HostPanel
+from tuner_tui.app.widgets.memory_panel import MemoryPanel
 from tuner_tui.app.widgets.leaderboard import Leaderboard
 from tuner_tui.app.widgets.plot import TimeSeriesPlot
 from tuner_tui.app.widgets.run_status import RunStatus
@@ -91,6 +92,7 @@ class GputuneApp(App[int]):
         clock: Callable[[], float] = time.monotonic,
         telemetry_interval: float = TELEMETRY_S,
         measure_steps: int = 20,
+        memory_budget: int | None = None,
     ) -> None:
         super().__init__()
         self.source_factory = source_factory
@@ -101,6 +103,8 @@ class GputuneApp(App[int]):
         self.telemetry_interval = telemetry_interval
         self.measure_steps = measure_steps
         """Steps measured after warm-up before a run gets its leaderboard row."""
+        self.memory_budget = memory_budget
+        """The memory budget the memory panel measures the peak against (--max-memory)."""
         self.sub_title = subtitle
         self.session = Session()
         self.reader: EventReader | None = None
@@ -132,6 +136,7 @@ class GputuneApp(App[int]):
                 yield TimeSeriesPlot("loss", fmt.loss, id="plot-loss", color="magenta", zero_based=False)
             with Vertical(id="side"):
                 yield CurrentFigures(id="figures")
+                yield MemoryPanel(id="memory")
                 yield GpuPanel(id="gpu")
                 yield HostPanel(id="host")
         with Horizontal(id="bottom"):
@@ -146,6 +151,7 @@ class GputuneApp(App[int]):
         self.config_view = self.query_one(ConfigView)
         self.status_line = self.query_one(RunStatus)
         self.figures = self.query_one(CurrentFigures)
+        self.memory_panel = self.query_one(MemoryPanel)
         self.gpu_panel = self.query_one(GpuPanel)
         self.host_panel = self.query_one(HostPanel)
         self.plots = {
@@ -155,6 +161,7 @@ class GputuneApp(App[int]):
         }
         self.query_one("#toggles").border_title = "options"
         self.query_one("#figures").border_title = "current run"
+        self.query_one("#memory").border_title = "memory"
         self.query_one("#gpu").border_title = "GPU"
         self.query_one("#host").border_title = "host"
         self.query_one("#leaderboard").border_title = "leaderboard"
@@ -364,6 +371,7 @@ class GputuneApp(App[int]):
         session = self.session
         self.status_line.show(session, now)
         self.figures.show(session, now)
+        self.memory_panel.show(session.current_result(), self.memory_budget)
         if session.version == self._plots_version:
             return
         self._plots_version = session.version
@@ -595,14 +603,16 @@ class GputuneApp(App[int]):
         self.call_from_thread(self.exit, 0)
 
 
-def run_dashboard(spec: Any, start_config: TuneConfig | None = None) -> int:
+def run_dashboard(spec: Any, start_config: TuneConfig | None = None,
+                  memory_budget: int | None = None) -> int:
     """Open the dashboard on a worker built from `spec` (a `WorkerSpec`); returns the exit code."""
     import signal
 
     from tuner_tui.engine.client import WorkerClient
 
     subtitle = f"{spec.workload} · {spec.device}"
-    app = GputuneApp(lambda: WorkerClient(spec), start_config, subtitle=subtitle)
+    app = GputuneApp(lambda: WorkerClient(spec), start_config, subtitle=subtitle,
+                     memory_budget=memory_budget)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         # Runs in the main thread between bytecodes; exit through the app's loop.
