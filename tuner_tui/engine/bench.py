@@ -313,13 +313,20 @@ def run_bench(
     client, ready = start_worker(plan.spec)
     caps = Capabilities(**ready.capabilities)
     configs = apply_overrides(plan.configs, plan.overrides)
-    if strict:
-        for config in configs:
-            config.check_runnable(caps)
-    else:
-        configs, skipped = runnable(configs, caps)
-        for line in skipped:
-            print(f"skipped {line}", file=out)
+    try:
+        if strict:
+            for config in configs:
+                config.check_runnable(caps)
+        else:
+            configs, skipped = runnable(configs, caps)
+            if not configs:
+                raise ConfigError(f"no configuration can run on device = {caps.device}: "
+                                  + skipped[0].partition(": ")[2])
+            for line in skipped:
+                print(f"skipped {line}", file=out)
+    except ConfigError:
+        client.stop()
+        raise
     workload = ready.workload
     default_batch = workload["default_batch_size"]
     # Keyed by (batch size, gradient clip): both change the losses a configuration must match.

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from tuner_tui.engine.paths import gputune_home
 from tuner_tui.engine.protocol import TrialResult
 
 SCHEMA_VERSION = 1
@@ -47,11 +48,6 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 CREATE INDEX IF NOT EXISTS trials_by_fingerprint ON trials (fingerprint, workload);
 """
-
-
-def gputune_home() -> Path:
-    """`$GPUTUNE_HOME`, or ~/.cache/gputune: the store and the shared compile caches."""
-    return Path(os.environ.get("GPUTUNE_HOME") or Path.home() / ".cache" / "gputune").expanduser()
 
 
 def default_path() -> Path:
