@@ -364,6 +364,8 @@ class GputuneApp(App[int]):
         if message.pid is None and message.reason:
             text = message.reason
             self.session.worker_note = text
+        if self.session.setup_error:
+            text = self.session.worker_note  # the error itself, kept in the status line
         if self.last_requested is not None:
             self._crashes[self.last_requested] = self._crashes.get(self.last_requested, 0) + 1
         tail = "; starting a new worker" if message.restarting else (f"; {message.reason}" if message.reason else "")
