@@ -550,3 +550,12 @@ async def test_a_workload_that_fails_to_load_keeps_its_error_in_the_status_line(
         line = status_text(app.session, 0.0).plain
         assert "workload 'mine:build' raised KeyError" in line, line
         assert "worker died" in line
+
+
+@async_test
+async def test_the_footer_at_80_by_24_shows_help_and_quit():
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        footer = screen_text(app).rstrip("\n").splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer

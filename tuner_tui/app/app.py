@@ -79,10 +79,11 @@ class GputuneApp(App[int]):
 
     BINDINGS = [
         Binding("a", "apply", "Apply"),
-        Binding("p", "toggle_pause", "Pause/Resume"),
-        Binding("r", "reapply", "Re-apply row"),
+        # Short words, sort left to the help screen: at 80 columns the footer still shows ? and q.
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("r", "reapply", "Re-apply"),
         Binding("e", "export", "Export"),
-        Binding("s", "sort", "Sort"),
+        Binding("s", "sort", "Sort", show=False),
         Binding("t", "search", "Search"),
         Binding("h", "history", "History"),
         Binding("b", "baseline", "Baseline", show=False),
@@ -149,7 +150,7 @@ class GputuneApp(App[int]):
         with Horizontal(id="bottom"):
             yield Leaderboard(id="leaderboard")
             yield ConfigView(id="config-view")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         # Held directly: timers and thread messages may arrive while another screen is on top.

@@ -199,6 +199,7 @@ class Session:
         self.batch_size = event.batch_size
         self.compile_started_at = None
         self.compile_s = None
+        self.last_step = None  # the panel shows this run's figures, not the last run's
         self.worker_state = "running"
         self.run_number += 1
         self.run_numbers[(self.generation, event.run_id)] = self.run_number
