@@ -214,6 +214,19 @@ def worker_spec(args):
                       environ=tuple(compile_cache_environ().items()))
 
 
+def describe_run(workload: dict, environment: dict) -> str:
+    """The line above a report: what ran where, leaving out what is not known."""
+    parts = [f"{workload['name']} on {environment.get('gpu_name') or 'CPU'}"]
+    item, per = workload.get("item_name", "tokens"), workload.get("items_per_sample")
+    if per and per != 1:  # "1 samples per sample" says nothing
+        parts.append(f"{per} {item} per sample")
+    parts.append(f"default batch {workload['default_batch_size']}")
+    for key in ("torch", "triton", "cuda", "driver"):
+        if environment.get(key):
+            parts.append(f"{key} {environment[key]}")
+    return ", ".join(parts)
+
+
 def cmd_bench(args) -> int:
     from tuner_tui.engine import bench
 
@@ -241,10 +254,7 @@ def cmd_bench(args) -> int:
         )
     except bench.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
-    gpu = environment.get("gpu_name") or "CPU"
-    print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} {workload['item_name']} per sample, "
-          f"default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
-          f"triton {environment.get('triton')}, driver {environment.get('driver')}")
+    print("\n" + describe_run(workload, environment))
     # The results first: nothing measured is lost if printing fails.
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
@@ -313,10 +323,7 @@ def cmd_tune(args) -> int:
     finally:
         store.close()
     environment, workload = outcome.environment, outcome.workload
-    print(f"\n{workload['name']} on {environment.get('gpu_name') or 'CPU'}, "
-          f"{workload['items_per_sample']} tokens per sequence, default batch "
-          f"{workload['default_batch_size']}, torch {environment.get('torch')}, triton "
-          f"{environment.get('triton')}, driver {environment.get('driver')}; store {store.path}")
+    print(f"\n{describe_run(workload, environment)}; store {store.path}")
     print(search.report(outcome))
     if args.json:
         search.write_json(args.json, outcome, plan)

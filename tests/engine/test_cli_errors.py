@@ -271,3 +271,16 @@ def test_dashboard_on_cuda_without_a_gpu_exits_before_it_opens(gputune):
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     _check_user_error(gputune("--device", "cuda", timeout=180), "--device cuda: torch sees no CUDA GPU")
+
+
+def test_the_report_header_leaves_out_what_is_not_known():
+    from tuner_tui.cli import describe_run
+
+    mlp = {"name": "mlp", "items_per_sample": 1, "item_name": "samples", "default_batch_size": 64}
+    line = describe_run(mlp, {"torch": "2.13.0", "triton": None, "driver": None})
+    assert line == "mlp on CPU, default batch 64, torch 2.13.0"
+    gpt = {"name": "gpt2-124m", "items_per_sample": 1024, "item_name": "tokens",
+           "default_batch_size": 16}
+    env = {"gpu_name": "NVIDIA H200", "torch": "2.13.0", "driver": "570.1", "cuda": "12.8"}
+    assert describe_run(gpt, env) == ("gpt2-124m on NVIDIA H200, 1024 tokens per sample, default "
+                                      "batch 16, torch 2.13.0, cuda 12.8, driver 570.1")

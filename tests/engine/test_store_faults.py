@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from strategies.config import TuneConfig
 from tuner_tui.engine import store as store_module

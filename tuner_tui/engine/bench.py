@@ -360,7 +360,7 @@ def run_bench(
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
-            progress.end(_summary(result))
+            progress.end(_summary(result, workload.get("item_name", "tokens")))
             if on_result is not None:
                 on_result(results, ready.environment, workload)
             client.stop()
@@ -378,9 +378,9 @@ def computes_reference(config: TuneConfig) -> bool:
     return config.precision == "fp32" and config.compile_mode == "off" and not config.fused_kernels
 
 
-def _summary(r: protocol.TrialResult) -> str:
+def _summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
     if r.status == "ok" and r.tokens_per_s:
-        return f"{_si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step"
+        return f"{_si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step"
     return f"{r.status}: {r.message}" if r.message else r.status
 
 
