@@ -41,7 +41,7 @@ def check_writable(path: str | os.PathLike, what: str = "") -> None:
     if path.is_dir():
         raise WriteError(f"{name} is a folder: give a file name, e.g. {path / 'results.json'}")
     if not folder.exists():
-        raise WriteError(f"{name}: its folder {folder} does not exist")
+        raise WriteError(f"{name}: its folder does not exist")
     if not folder.is_dir():
         raise WriteError(f"{name}: {folder} is not a folder")
     try:

@@ -111,3 +111,27 @@ def test_a_lock_held_too_long_keeps_the_trial_out_of_the_store_only(tmp_path, mo
     store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # the lock is gone: stored again
     assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is not None
     store.close()
+
+
+def test_tune_with_a_damaged_store_keeps_every_trial_in_its_json_and_export(gputune, tmp_path):
+    import json
+
+    path = tmp_path / "r.sqlite3"
+    _filled(path)
+    with ResultStore(path) as store:
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    raw[4096:] = b"\xa5" * (len(raw) - 4096)  # every page but the schema's
+    path.write_bytes(bytes(raw))
+    out, js = tmp_path / "best.toml", tmp_path / "tune.json"
+    proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2",
+                   "--warmup", "1", "--search", "precision=fp32", "--set", "compile_mode=off",
+                   "--set", "checkpointing=off", "--set", "batch_size=0",
+                   "--set", "optimizer=plain", "--set", "attention=manual",
+                   "--set", "fused_kernels=", "--store", str(path), "--out", str(out),
+                   "--json", str(js), "--max-memory", "8GiB")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"result store {path}: the file is damaged" in proc.stderr
+    assert json.loads(js.read_text())["results"][0]["status"] == "ok"
+    assert "[config]" in out.read_text()

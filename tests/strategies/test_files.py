@@ -61,7 +61,7 @@ def test_check_writable_names_the_problem(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the probe leaves nothing behind
     with pytest.raises(WriteError, match="--json .* is a folder"):
         check_writable(tmp_path, "--json")
-    with pytest.raises(WriteError, match="its folder .*missing does not exist"):
+    with pytest.raises(WriteError, match="missing.r.json: its folder does not exist"):
         check_writable(tmp_path / "missing" / "r.json", "--json")
     with pytest.raises(WriteError, match="cannot write in folder /proc"):
         check_writable("/proc/r.json", "--out")
