@@ -623,11 +623,13 @@ def run_dashboard(spec: Any, start_config: TuneConfig | None = None) -> int:
         # Runs in the main thread between bytecodes; exit through the app's loop.
         app.call_later(app.exit, 0)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    # A closed terminal (SIGHUP) too: the worker is stopped and its semaphores removed.
+    previous = {s: signal.signal(s, on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         code = app.run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if app.reader is not None:
             app.reader.close()
     return 0 if code is None else int(code)
