@@ -79,7 +79,6 @@ class GputuneApp(App[int]):
 
     BINDINGS = [
         Binding("a", "apply", "Apply"),
-        # Short words, sort left to the help screen: at 80 columns the footer still shows ? and q.
         Binding("p", "toggle_pause", "Pause"),
         Binding("r", "reapply", "Re-apply"),
         Binding("e", "export", "Export"),
@@ -362,11 +361,9 @@ class GputuneApp(App[int]):
             self.session.worker_died(message.exitcode, crashed=False)
             return
         text = self.session.worker_died(message.exitcode)
-        if message.pid is None and message.reason:
+        if message.pid is None and message.reason and not self.session.setup_error:
             text = message.reason
             self.session.worker_note = text
-        if self.session.setup_error:
-            text = self.session.worker_note  # the error itself, kept in the status line
         if self.last_requested is not None:
             self._crashes[self.last_requested] = self._crashes.get(self.last_requested, 0) + 1
         tail = "; starting a new worker" if message.restarting else (f"; {message.reason}" if message.reason else "")
@@ -623,7 +620,6 @@ def run_dashboard(spec: Any, start_config: TuneConfig | None = None) -> int:
         # Runs in the main thread between bytecodes; exit through the app's loop.
         app.call_later(app.exit, 0)
 
-    # A closed terminal (SIGHUP) too: the worker is stopped and its semaphores removed.
     previous = {s: signal.signal(s, on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         code = app.run()
