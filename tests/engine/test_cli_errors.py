@@ -123,7 +123,7 @@ def test_sigterm_during_bench_leaves_no_worker_behind(tmp_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, capsys):
+def cli(monkeypatch, capsys, tmp_path_factory):
     """`tuner_tui.cli.main` in this process: (exit code, stderr lines). Reaching a measurement
     is a failure of these tests: every input here must be refused before one."""
     import signal
@@ -136,6 +136,7 @@ def cli(monkeypatch, capsys):
 
     monkeypatch.setattr(bench, "run_bench", no_measurement)
     monkeypatch.setattr(search.Search, "run", no_measurement)
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path_factory.mktemp("home")))
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
 
     def run(*args):

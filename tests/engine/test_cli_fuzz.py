@@ -61,8 +61,9 @@ FUZZ = settings(max_examples=120, deadline=None,
 
 
 @pytest.fixture(autouse=True)
-def no_measurement(monkeypatch):
+def no_measurement(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(bench, "run_bench", _reach_measurement)
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 @FUZZ
