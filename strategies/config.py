@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from strategies.files import WriteError, write_atomic
 from strategies.registry import (
     OPTIONS, RULES, STRATEGIES, Capabilities, Option, micro_batch_problem, option_unavailable,
 )
@@ -31,35 +31,53 @@ class ConfigError(ValueError):
     user, naming the problem and the allowed values."""
 
 
+def _shown(value: Any, limit: int = 40) -> str:
+    """A value as the user wrote it, cut short: a message stays one readable line."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _in_range(option: Option, value: float) -> bool:
+    return (option.minimum is None or value >= option.minimum) and (
+        option.maximum is None or value <= option.maximum
+    )
+
+
 def _coerce(option: Option, value: Any) -> Any:
     """Check one value against its option and return it in canonical form."""
     allowed = option.describe_allowed()
     if option.kind == "choice":
         if value not in option.choices:
-            raise ConfigError(f"{option.key} = {value!r} is not allowed: {allowed}")
+            raise ConfigError(f"{option.key} = {_shown(value)} is not allowed: {allowed}")
         return value
     if option.kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
         return value
     if option.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
-        if option.minimum is not None and value < option.minimum:
-            raise ConfigError(f"{option.key} = {value} is out of range: {allowed}")
+            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
+        if not _in_range(option, value):
+            raise ConfigError(f"{option.key} = {_shown(value)} is out of range: {allowed}")
         return value
     if option.kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
-        if not math.isfinite(value) or (option.minimum is not None and value < option.minimum):
-            raise ConfigError(f"{option.key} = {value} is out of range: {allowed}")
-        return float(value)
+            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or not _in_range(option, number):
+            raise ConfigError(f"{option.key} = {_shown(value)} is out of range: {allowed}")
+        return number
     if option.kind == "set":
         if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-            raise ConfigError(f"{option.key} = {value!r} has the wrong type: {allowed}")
+            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
         for item in value:
             if item not in option.choices:
-                raise ConfigError(f"{option.key} contains {item!r}, which is not allowed: {allowed}")
+                raise ConfigError(f"{option.key} contains {_shown(item)}, which is not allowed: {allowed}")
         # Canonical order = registry order, so equal sets compare and hash equal.
         return tuple(c for c in option.choices if c in set(value))
     raise AssertionError(option.kind)
@@ -287,8 +305,8 @@ def _drop_none(d: Mapping) -> dict:
 def save(
     config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str | None = None
 ) -> Path:
-    """Write the configuration atomically (temporary file, then rename): an existing file is
-    never left half-written."""
+    """Write the configuration atomically (`strategies.files.write_atomic`): an existing file
+    is never left half-written."""
     exported = config if isinstance(config, ExportedConfig) else ExportedConfig(config)
     path = Path(path)
     fmt = format_of(path, fmt)
@@ -299,18 +317,10 @@ def save(
         text = tomli_w.dumps(doc)
     else:
         text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
-    directory = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        write_atomic(path, text)
+    except WriteError as exc:
+        raise ConfigError(str(exc)) from None
     return path
 
 
@@ -327,7 +337,10 @@ def read(path: str | os.PathLike) -> ExportedConfig:
     try:
         text = raw.decode("utf-8")
         doc = tomllib.loads(text) if fmt == "toml" else json.loads(text)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a configuration: a [config] "
+                          "table of options with plain values") from None
+    except ValueError as exc:  # decode errors, and JSON integers past Python's digit limit
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"{path} is not valid {fmt.upper()}: {detail}") from None
     if not isinstance(doc, dict):

@@ -29,6 +29,11 @@ FUSED_KERNEL_CHOICES = (
 )
 
 
+MAX_BATCH_SIZE = 2**20
+"""Samples per optimizer step: far above any batch that fits one machine, low enough that a
+typo (1e23) is refused with a message instead of overflowing in the worker."""
+
+
 @dataclass(frozen=True)
 class Option:
     """One tunable setting."""
@@ -43,6 +48,8 @@ class Option:
     choices: tuple = ()
     minimum: float | None = None
     """Smallest allowed value for "int" and "float" options."""
+    maximum: float | None = None
+    """Largest allowed value for "int" and "float" options."""
     requires: tuple[str, ...] = ()
     """Capabilities the option needs whenever it is not at its default (see `Capabilities`)."""
     choice_requires: dict = field(default_factory=dict)
@@ -56,10 +63,14 @@ class Option:
             return "a list drawn from " + ", ".join(self.choices)
         if self.kind == "bool":
             return "true or false"
-        if self.kind == "int":
-            return f"an integer >= {int(self.minimum)}" if self.minimum is not None else "an integer"
-        if self.kind == "float":
-            return f"a number >= {self.minimum}" if self.minimum is not None else "a number"
+        if self.kind in ("int", "float"):
+            noun = "an integer" if self.kind == "int" else "a number"
+            shown = int if self.kind == "int" else float
+            if self.minimum is not None:
+                noun += f" >= {shown(self.minimum)}"
+            if self.maximum is not None:
+                noun += f"{' and' if self.minimum is not None else ''} <= {shown(self.maximum)}"
+            return noun
         raise AssertionError(self.kind)
 
 
@@ -279,6 +290,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 0,
                 "Sequences per optimizer step (0: the workload's default)",
                 minimum=0,
+                maximum=MAX_BATCH_SIZE,
                 label="Batch size",
             ),
             Option(

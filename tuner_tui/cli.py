@@ -8,20 +8,25 @@ no torch; the worker processes do.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import math
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from strategies.config import (
     ConfigError, ExportedConfig, TuneConfig, format_of, parse_assignments, read, save,
 )
-from strategies.registry import OPTIONS
+from strategies.files import WriteError, check_writable
+from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
+from tuner_tui.engine.paths import compile_cache_environ, module_exists
 
 DEVICES = ("auto", "cuda", "cpu")
 EXIT_USAGE = 2
+MAX_SEED = 2**32 - 1
+"""Seeds are mixed with the step number into torch generator seeds, which must fit 64 bits."""
 
 
 class UsageError(Exception):
@@ -137,8 +142,10 @@ def check_run_options(args) -> None:
             raise UsageError(f"--data file {args.data} does not exist")
         if not os.access(path, os.R_OK):
             raise UsageError(f"--data file {args.data} is not readable")
-    if args.seq_len is not None and args.seq_len < 1:
-        raise UsageError(f"--seq-len {args.seq_len} is out of range: an integer >= 1")
+    if args.seq_len is not None and not 1 <= args.seq_len <= 2**24:
+        raise UsageError(f"--seq-len {args.seq_len} is out of range: an integer from 1 to {2**24}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed {args.seed} is out of range: an integer from 0 to {MAX_SEED}")
     name = args.workload
     builtin = {"auto", "gpt2-tiny", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"}
     if name in builtin:
@@ -146,27 +153,80 @@ def check_run_options(args) -> None:
     module, sep, func = name.partition(":")
     if not sep or not module or not func:
         raise UsageError(f"unknown workload {name!r}: allowed are {_workload_names()}")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise UsageError(f"workload {name!r}: cannot import {module!r}: {exc}") from None
-    if found is None:
+    # The current folder is searched for a user's module (as `python -m` would), after the
+    # installed packages, so a stray file there cannot shadow one of them.
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+    # Found without running it: the worker imports it, and reports its errors in one line.
+    if not module_exists(module):
         raise UsageError(f"workload {name!r}: no module named {module!r} (is it on PYTHONPATH?)")
 
 
 def check_measure_options(args) -> None:
-    if args.steps < 1:
-        raise UsageError(f"--steps {args.steps} is out of range: an integer >= 1")
-    if args.warmup < 1:
-        raise UsageError(f"--warmup {args.warmup} is out of range: an integer >= 1 (the first "
-                         "step compiles)")
+    if not 1 <= args.steps <= 10**6:
+        raise UsageError(f"--steps {args.steps} is out of range: an integer from 1 to 1000000")
+    if not 1 <= args.warmup <= 10**6:
+        raise UsageError(f"--warmup {args.warmup} is out of range: an integer from 1 to 1000000 "
+                         "(the first step compiles)")
+    if not (math.isfinite(args.trial_timeout) and args.trial_timeout > 0):
+        raise UsageError(f"--trial-timeout {args.trial_timeout:g} is out of range: a number of "
+                         "seconds > 0")
+
+
+def check_output(path: str | None, flag: str, config_file: bool = False) -> None:
+    """A file the command will write: refused now, not after an hour of measurements."""
+    if path is None:
+        return
+    if config_file:
+        try:
+            format_of(path)
+        except ConfigError as exc:
+            raise UsageError(f"{flag} {exc}") from None
+    try:
+        check_writable(path, flag)
+    except WriteError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_batch_multiples(choices: list[str]) -> None:
+    """`--search batch_size=x2`: a multiple of the workload's default, which only the worker
+    knows; the factor itself is checked here."""
+    for item in choices:
+        key, _, text = item.partition("=")
+        if key.strip() != "batch_size":
+            continue
+        for value in (t.strip() for t in text.split(",")):
+            if not value.startswith("x"):
+                continue
+            try:
+                factor = float(value[1:])
+            except ValueError:
+                factor = math.nan
+            if not (math.isfinite(factor) and 0 < factor <= MAX_BATCH_SIZE):
+                raise UsageError(f"--search batch_size={value} is out of range: a multiple of "
+                                 "the default batch above zero, e.g. x2 or x0.5")
 
 
 def worker_spec(args):
     from tuner_tui.engine.protocol import WorkerSpec
 
     return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
-                      seed=args.seed, sequence_length=args.seq_len)
+                      seed=args.seed, sequence_length=args.seq_len,
+                      environ=tuple(compile_cache_environ().items()))
+
+
+def describe_run(workload: dict, environment: dict) -> str:
+    """The line above a report: what ran where, leaving out what is not known."""
+    parts = [f"{workload['name']} on {environment.get('gpu_name') or 'CPU'}"]
+    item, per = workload.get("item_name", "tokens"), workload.get("items_per_sample")
+    if per and per != 1:  # "1 samples per sample" says nothing
+        parts.append(f"{per} {item} per sample")
+    parts.append(f"default batch {workload['default_batch_size']}")
+    for key in ("torch", "triton", "cuda", "driver"):
+        if environment.get(key):
+            parts.append(f"{key} {environment[key]}")
+    return ", ".join(parts)
 
 
 def cmd_bench(args) -> int:
@@ -174,6 +234,8 @@ def cmd_bench(args) -> int:
 
     check_run_options(args)
     check_measure_options(args)
+    check_output(args.json, "--json")
+    check_output(args.export, "--export", config_file=True)
     overrides = parse_overrides(args.overrides)
     configs = [read(path).config for path in args.config]
     for name in args.preset:
@@ -194,10 +256,7 @@ def cmd_bench(args) -> int:
         )
     except runner.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
-    gpu = environment.get("gpu_name") or "CPU"
-    print(f"\n{workload['name']} on {gpu}, {workload['items_per_sample']} {workload['item_name']} per sample, "
-          f"default batch {workload['default_batch_size']}, torch {environment.get('torch')}, "
-          f"triton {environment.get('triton')}, driver {environment.get('driver')}")
+    print("\n" + describe_run(workload, environment))
     # The results first: nothing measured is lost if printing fails.
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
@@ -222,15 +281,20 @@ def cmd_tune(args) -> int:
 
     check_run_options(args)
     check_measure_options(args)
-    if args.budget_minutes < 0:
-        raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number >= 0 "
-                         "(0: no limit)")
+    if not args.budget_minutes >= 0:  # NaN too
+        raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number of "
+                         "minutes > 0 (0 or inf: no limit)")
+    check_output(args.out, "--out", config_file=True)
+    check_output(args.json, "--json")
+    check_batch_multiples(args.choices)
     max_memory = None
     if args.max_memory is not None:
         try:
             max_memory = search.parse_bytes(args.max_memory)
-        except ValueError as exc:
-            raise UsageError(f"--max-memory {exc}") from None
+        except (ValueError, OverflowError) as exc:
+            raise UsageError(f"--max-memory {args.max_memory!r} is not a size: a number with an "
+                             "optional unit, e.g. 40GiB" if isinstance(exc, OverflowError)
+                             else f"--max-memory {exc}") from None
     overrides = parse_overrides(args.overrides)
     choices = {}
     for item in args.choices:
@@ -242,12 +306,10 @@ def cmd_tune(args) -> int:
         if key.strip() in overrides:
             raise UsageError(f"--search {key.strip()} and --set {key.strip()} both name one option")
         choices[key.strip()] = search.parse_choices(key.strip(), text)
-    format_of(args.out)
-    if not Path(args.out).resolve().parent.is_dir():
-        raise UsageError(f"--out {args.out}: its folder does not exist")
     plan = search.SearchPlan(
         worker_spec(args), steps=args.steps, warmup_steps=args.warmup, max_memory_bytes=max_memory,
-        budget_s=args.budget_minutes * 60 or None, trial_timeout_s=args.trial_timeout,
+        budget_s=args.budget_minutes * 60 if 0 < args.budget_minutes < math.inf else None,
+        trial_timeout_s=args.trial_timeout,
         fixed=overrides, choices=choices, compare=[read(path).config for path in args.compare],
     )
     try:
@@ -261,10 +323,7 @@ def cmd_tune(args) -> int:
     finally:
         store.close()
     environment, workload = outcome.environment, outcome.workload
-    print(f"\n{workload['name']} on {environment.get('gpu_name') or 'CPU'}, "
-          f"{workload['items_per_sample']} tokens per sequence, default batch "
-          f"{workload['default_batch_size']}, torch {environment.get('torch')}, triton "
-          f"{environment.get('triton')}, driver {environment.get('driver')}; store {store.path}")
+    print(f"\n{describe_run(workload, environment)}; store {store.path}")
     print(search.report(outcome))
     if args.json:
         search.write_json(args.json, outcome)
@@ -274,6 +333,23 @@ def cmd_tune(args) -> int:
         return 1
     print(f"exported {outcome.recommendation.label} to {args.out}")
     return 0
+
+
+def cuda_problem() -> str | None:
+    """Why torch in a worker would see no CUDA GPU, or None if it does. Asked of a short-lived
+    child, since this process imports no torch."""
+    code = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot ask torch about CUDA: {exc}"
+    if done.returncode == 0:
+        return None
+    if done.returncode == 3:
+        return "torch sees no CUDA GPU"
+    lines = done.stderr.strip().splitlines()
+    return f"torch does not import: {lines[-1] if lines else done.returncode}"
 
 
 def cmd_dashboard(args) -> int:
@@ -287,6 +363,10 @@ def cmd_dashboard(args) -> int:
             budget = parse_bytes(args.max_memory)
         except ValueError as exc:
             raise UsageError(f"--max-memory {exc}") from None
+    if args.device == "cuda":
+        problem = cuda_problem()
+        if problem:
+            raise UsageError(f"--device cuda: {problem}: allowed devices here are cpu, auto")
     from tuner_tui.app import run_dashboard
 
     return run_dashboard(worker_spec(args), start, budget)
@@ -297,13 +377,11 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    # `--workload mymodule:build` should find modules in the current directory, as
-    # `python -m` would; the worker processes inherit this path.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     parser = build_parser()
-    # SIGTERM takes the same path as Ctrl-C, so `finally` blocks stop the worker processes.
+    # SIGTERM and SIGHUP (the terminal closed) take the same path as Ctrl-C, so `finally`
+    # blocks stop the worker processes and multiprocessing removes its semaphores.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
     try:
         args = parser.parse_args(argv)
         if args.command == "bench":

@@ -117,3 +117,171 @@ def test_sigterm_during_bench_leaves_no_worker_behind(tmp_path):
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [p.cmdline() for p in alive]
     assert proc.returncode == 130
+
+
+# -- refused before any worker starts: run in this process, which imports no torch for them ----
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys, tmp_path_factory):
+    """`tuner_tui.cli.main` in this process: (exit code, stderr lines). Reaching a measurement
+    is a failure of these tests: every input here must be refused before one."""
+    import signal
+
+    from tuner_tui import cli as cli_module
+    from tuner_tui.engine import bench, search
+
+    def no_measurement(*args, **kwargs):
+        raise AssertionError("a measurement started")
+
+    monkeypatch.setattr(bench, "run_bench", no_measurement)
+    monkeypatch.setattr(search.Search, "run", no_measurement)
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path_factory.mktemp("home")))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def run(*args):
+        try:
+            code = cli_module.main(list(args))
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err + captured.out
+        return code, [ln for ln in captured.err.splitlines() if ln.strip()]
+
+    return run
+
+
+def _refused(result, *words):
+    code, lines = result
+    assert code == 2 and len(lines) == 1, lines
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["bench", "--set", "batch_size=100000000000000000000000"],
+         ["batch_size = 100000000000000000000000 is out of range", "<= 1048576"]),
+        (["bench", "--set", "batch_size=1e23"], ["batch_size = '1e23' has the wrong type"]),
+        (["bench", "--trial-timeout", "0"], ["--trial-timeout 0 is out of range", "> 0"]),
+        (["bench", "--trial-timeout", "-5"], ["--trial-timeout -5 is out of range"]),
+        (["bench", "--trial-timeout", "nan"], ["--trial-timeout nan is out of range"]),
+        (["tune", "--trial-timeout", "nan"], ["--trial-timeout nan is out of range"]),
+        (["tune", "--budget-minutes", "nan"], ["--budget-minutes nan is out of range"]),
+        (["tune", "--budget-minutes", "-0.5"], ["--budget-minutes -0.5 is out of range"]),
+        (["bench", "--seed", "-1"], ["--seed -1 is out of range", "0 to 4294967295"]),
+        (["tune", "--seed", "18446744073709551616"], ["--seed 18446744073709551616 is out"]),
+        (["bench", "--seq-len", "99999999999"], ["--seq-len 99999999999 is out of range"]),
+        (["tune", "--search", "batch_size=x0"], ["--search batch_size=x0 is out of range"]),
+        (["tune", "--search", "batch_size=x1,x-2"], ["batch_size=x-2 is out of range"]),
+        (["tune", "--max-memory", "9" * 400], ["--max-memory", "is not a size"]),
+        (["bench", "--json", "/no/such/folder/r.json"], ["--json /no/such/folder/r.json",
+                                                          "its folder does not exist"]),
+        (["bench", "--json", "/proc/r.json"], ["--json /proc/r.json: cannot write in folder /proc"]),
+        (["bench", "--export", "/no/such/g.toml"], ["--export", "does not exist"]),
+        (["bench", "--export", "g.yaml"], ["--export", "unknown file format 'yaml'"]),
+        (["tune", "--out", "/proc/g.toml"], ["--out /proc/g.toml: cannot write in folder /proc"]),
+        (["tune", "--json", "/no/such/t.json"], ["--json /no/such/t.json", "does not exist"]),
+    ],
+)
+def test_bad_numbers_and_paths_are_refused_up_front(cli, args, words):
+    _refused(cli(*args, "--device", "cpu"), *words)
+
+
+def test_a_folder_given_as_an_output_file_is_refused(cli, tmp_path):
+    _refused(cli("bench", "--device", "cpu", "--json", str(tmp_path)), "is a folder")
+    _refused(cli("tune", "--device", "cpu", "--out", str(tmp_path)), "is a folder")
+
+
+def test_a_config_nested_500_deep_is_one_line(cli, tmp_path):
+    for name, text in [
+        ("deep.toml", "[config]\nfused_kernels = " + "[" * 500 + "]" * 500 + "\n"),
+        ("deep2.toml", "[config]\nx = " + "{a=" * 500 + "1" + "}" * 500 + "\n"),
+        ("deep.json", '{"config": {"fused_kernels": ' + "[" * 500 + "]" * 500 + "}}"),
+        ("big.json", '{"config": {"batch_size": ' + "9" * 5000 + "}}"),
+        ("big.toml", "[config]\ngrad_clip = 1e999\n"),
+    ]:
+        path = tmp_path / name
+        path.write_text(text)
+        _refused(cli("bench", "--device", "cpu", "--config", str(path)), str(path))
+
+
+def test_the_current_folder_is_searched_last_and_only_for_a_module_function(
+    tmp_path, monkeypatch
+):
+    import argparse
+    import importlib.util
+    import sys
+
+    from tuner_tui import cli as cli_module
+
+    (tmp_path / "tomli_w.py").write_text("raise SystemExit('the stray tomli_w ran')\n")
+    (tmp_path / "my_workload.py").write_text("def build():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    args = argparse.Namespace(device="cpu", data=None, seq_len=None, seed=0, workload="gpt2-tiny")
+    cli_module.check_run_options(args)
+    assert str(tmp_path) not in sys.path
+    args.workload = "my_workload:build"
+    cli_module.check_run_options(args)
+    assert sys.path[-1] == str(tmp_path)
+    assert importlib.util.find_spec("tomli_w").origin != str(tmp_path / "tomli_w.py")
+
+
+def test_a_package_is_not_imported_to_check_a_workload(cli, tmp_path, monkeypatch):
+    import sys
+
+    package = tmp_path / "noisy_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('package init ran')\n")
+    (package / "sub.py").write_text("def build():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tuner_tui.engine.paths import module_exists
+
+    assert module_exists("noisy_pkg.sub") and not module_exists("noisy_pkg.nope")
+    assert "noisy_pkg" not in sys.modules
+
+
+# -- refused by the worker as it starts: real commands ----------------------------------------
+
+
+@pytest.mark.parametrize("init, words", [
+    ("raise RuntimeError('broken package')\n", ["cannot import 'badpkg.sub'", "RuntimeError: broken package"]),
+    ("raise KeyboardInterrupt\n", ["cannot import 'badpkg.sub'", "KeyboardInterrupt"]),
+])
+def test_a_workload_package_that_fails_on_import(gputune, tmp_path, init, words):
+    package = tmp_path / "badpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(init)
+    (package / "sub.py").write_text("def build():\n    pass\n")
+    proc = gputune("bench", "--device", "cpu", "--workload", "badpkg.sub:build", cwd=tmp_path)
+    _check_user_error(proc, "workload 'badpkg.sub:build'", *words)
+
+
+def test_every_configuration_skipped_is_one_line(gputune):
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--set", "precision=fp16")
+    _check_user_error(proc, "no configuration can run on device = cpu", "precision = fp16 needs a CUDA GPU")
+    assert "skipped" not in proc.stdout and "measuring" not in proc.stdout
+
+
+def test_dashboard_on_cuda_without_a_gpu_exits_before_it_opens(gputune):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    _check_user_error(gputune("--device", "cuda", timeout=180), "--device cuda: torch sees no CUDA GPU")
+
+
+def test_the_report_header_leaves_out_what_is_not_known():
+    from tuner_tui.cli import describe_run
+
+    mlp = {"name": "mlp", "items_per_sample": 1, "item_name": "samples", "default_batch_size": 64}
+    line = describe_run(mlp, {"torch": "2.13.0", "triton": None, "driver": None})
+    assert line == "mlp on CPU, default batch 64, torch 2.13.0"
+    gpt = {"name": "gpt2-124m", "items_per_sample": 1024, "item_name": "tokens",
+           "default_batch_size": 16}
+    env = {"gpu_name": "NVIDIA H200", "torch": "2.13.0", "driver": "570.1", "cuda": "12.8"}
+    assert describe_run(gpt, env) == ("gpt2-124m on NVIDIA H200, 1024 tokens per sample, default "
+                                      "batch 16, torch 2.13.0, cuda 12.8, driver 570.1")

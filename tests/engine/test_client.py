@@ -3,10 +3,18 @@ terminal would show when gputune exits)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict:
+    """This checkout first on the path: the script runs from a temporary folder."""
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 # A parent that prepares multiprocessing as WorkerClient.start does (or not), then SIGKILLs a
 # spawned child holding a registered semaphore, as a crash mid-compile leaves Inductor's pool.
@@ -38,7 +46,7 @@ def _stderr_after_a_killed_child(tmp_path: Path, mode: str) -> str:
     script = tmp_path / "killed_child.py"
     script.write_text(SCRIPT)
     done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+                          timeout=120, cwd=ROOT, env=_env())
     assert done.returncode == 0, done.stderr
     return done.stderr
 
@@ -50,3 +58,39 @@ def test_a_killed_worker_leaves_no_leak_warning_in_the_terminal(tmp_path):
 def test_without_the_client_setup_the_tracker_would_warn(tmp_path):
     # The case the setup exists for: without it, the warning reaches the terminal.
     assert "leaked semaphore" in _stderr_after_a_killed_child(tmp_path, "plain")
+
+
+# The dashboard's side of a real worker: everything that comes back, from WorkerReady to the
+# trial's figures, unpickles without importing torch.
+UI_SIDE = textwrap.dedent(
+    """
+    import sys
+    from tuner_tui.engine import protocol
+    from tuner_tui.engine.client import WorkerClient, WorkerSpec
+
+    if __name__ == "__main__":
+        client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+        client.start()
+        seen = []
+        try:
+            client.send(protocol.RunTrial({"batch_size": 2}, 2, 1, ()))
+            while not seen or not isinstance(seen[-1], (protocol.TrialFinished, protocol.RunFailed)):
+                event = client.wait_event(120)
+                assert event is not None, seen
+                seen.append(event)
+        finally:
+            client.stop()
+        kinds = {type(e).__name__ for e in seen}
+        assert {"WorkerReady", "StepMeasured", "TrialFinished"} <= kinds, kinds
+        print("torch" in sys.modules, sorted(m for m in sys.modules if m.startswith("torch"))[:3])
+    """
+)
+
+
+def test_the_ui_side_of_a_real_worker_imports_no_torch(tmp_path):
+    script = tmp_path / "ui_side.py"
+    script.write_text(UI_SIDE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[0] == "False", done.stdout

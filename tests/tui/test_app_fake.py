@@ -530,3 +530,32 @@ async def test_clicking_a_header_sorts_by_that_column():
         await pilot.pause()
         assert table.sort_column == "step"
         assert table.get_row_at(0)[0] == 2  # bf16 has the shorter step
+
+
+@async_test
+async def test_a_workload_that_fails_to_load_keeps_its_error_in_the_status_line():
+    from tuner_tui.app.widgets.run_status import status_text
+
+    class Broken(FakeWorker):
+        def start(self):
+            self.alive = True
+            self._emit(protocol.RunFailed(0, "invalid", "workload 'mine:build' raised KeyError: 'x'"))
+            self.alive, self.code = False, 1
+
+    app = GputuneApp(lambda: Broken(), sampler_factory=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.session.worker_state == "dead")
+        app.clear_notifications()
+        await pilot.pause(0.5)
+        line = status_text(app.session, 0.0).plain
+        assert "workload 'mine:build' raised KeyError" in line, line
+        assert "worker died" in line
+
+
+@async_test
+async def test_the_footer_at_80_by_24_shows_help_and_quit():
+    app, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        footer = screen_text(app).rstrip("\n").splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer

@@ -96,7 +96,7 @@ def test_gputune_in_a_terminal(tmp_path):
                 pass
 
 
-@pytest.mark.parametrize("how", ["ctrl+c", "sigterm"])
+@pytest.mark.parametrize("how", ["ctrl+c", "sigterm", "closed terminal"])
 def test_ctrl_c_and_sigterm_leave_no_process(tmp_path, how):
     if not GPUTUNE.exists():
         pytest.skip(f"{GPUTUNE} is not installed (pip install -e .)")
@@ -111,8 +111,10 @@ def test_ctrl_c_and_sigterm_leave_no_process(tmp_path, how):
         assert len(seen) >= 2, "expected gputune and its worker process"
         if how == "ctrl+c":
             tmux("send-keys", "-t", session, "C-c")
-        else:
+        elif how == "sigterm":
             os.kill(pane_pid, signal.SIGTERM)
+        else:  # the pane's processes get SIGHUP
+            tmux("kill-session", "-t", session)
         _, alive = psutil.wait_procs(list(seen.values()), timeout=20)
         assert not alive, f"processes left behind: {[p.pid for p in alive]}"
     finally:

@@ -68,10 +68,10 @@ class GputuneApp(App[int]):
 
     BINDINGS = [
         Binding("a", "apply", "Apply"),
-        Binding("p", "toggle_pause", "Pause/Resume"),
-        Binding("r", "reapply", "Re-apply row"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("r", "reapply", "Re-apply"),
         Binding("e", "export", "Export"),
-        Binding("s", "sort", "Sort"),
+        Binding("s", "sort", "Sort", show=False),
         Binding("t", "search", "Search"),
         Binding("h", "history", "History"),
         Binding("b", "baseline", "Baseline", show=False),
@@ -142,7 +142,7 @@ class GputuneApp(App[int]):
         with Horizontal(id="bottom"):
             yield Leaderboard(id="leaderboard")
             yield ConfigView(id="config-view")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         # Held directly: timers and thread messages may arrive while another screen is on top.
@@ -356,7 +356,7 @@ class GputuneApp(App[int]):
             self.session.worker_died(message.exitcode, crashed=False)
             return
         text = self.session.worker_died(message.exitcode)
-        if message.pid is None and message.reason:
+        if message.pid is None and message.reason and not self.session.setup_error:
             text = message.reason
             self.session.worker_note = text
         if self.last_requested is not None:
@@ -618,11 +618,12 @@ def run_dashboard(spec: Any, start_config: TuneConfig | None = None,
         # Runs in the main thread between bytecodes; exit through the app's loop.
         app.call_later(app.exit, 0)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous = {s: signal.signal(s, on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         code = app.run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if app.reader is not None:
             app.reader.close()
     return 0 if code is None else int(code)

@@ -12,9 +12,9 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from strategies.config import ConfigError, TuneConfig, parse_value
+from strategies.files import write_atomic
 from strategies.registry import OPTIONS
 
 
@@ -71,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         await pilot.pause(args.after)
         app.clear_notifications()
         await pilot.pause(0.5)
-        Path(args.out).write_text(app.export_screenshot(title="gputune"))
+        write_atomic(args.out, app.export_screenshot(title="gputune"))
         if args.json:
             rows = [dict(r.result.to_dict(), number=r.number) for r in app.session.rows]
-            Path(args.json).write_text(json.dumps({"environment": app.session.environment, "rows": rows}, indent=2) + "\n")
+            write_atomic(args.json, json.dumps({"environment": app.session.environment, "rows": rows}, indent=2) + "\n")
         await app.action_quit()
 
     app.run(headless=True, size=(int(width), int(height)), auto_pilot=drive)

@@ -93,6 +93,9 @@ class Session:
     stopped."""
     worker_note: str = ""
     """A line about the worker's state (why it died, what it is restarting)."""
+    setup_error: str = ""
+    """Why the worker could not set up (a workload that fails to build, no such device): kept
+    in the status line until a worker is ready, not only in a toast that vanishes."""
 
     run_id: int | None = None
     run_label: str = ""
@@ -186,6 +189,7 @@ class Session:
         self.worker_pid = event.pid
         self.worker_state = "ready"
         self.worker_note = ""
+        self.setup_error = ""
 
     def _on_RunStarted(self, event: protocol.RunStarted, now: float) -> None:
         self.pending = None
@@ -195,6 +199,7 @@ class Session:
         self.batch_size = event.batch_size
         self.compile_started_at = None
         self.compile_s = None
+        self.last_step = None  # the panel shows this run's figures, not the last run's
         self.worker_state = "running"
         self.run_number += 1
         self.run_numbers[(self.generation, event.run_id)] = self.run_number
@@ -250,6 +255,7 @@ class Session:
             result = failed_result(self.pending[0], self.pending[1], event.kind, event.message)
         else:
             result = None  # the worker failed to set up: nothing was tried
+            self.setup_error = event.message or event.kind
         if row is not None:
             row.result = result
             self.rows_version += 1
@@ -300,7 +306,7 @@ class Session:
         if crashed and self.run_id is not None and self.row_for_run(self.run_id) is None:
             self._add_row(self.run_id, failed_result(self.run_config, self.run_label, "crash", message))
         self.worker_state = "dead"
-        self.worker_note = message
+        self.worker_note = f"{self.setup_error} ({message})" if self.setup_error else message
         self.compile_started_at = None
         self.run_id = None
         self.logs.append(("error", message))

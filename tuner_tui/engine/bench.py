@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
-from strategies.config import TuneConfig
+from strategies.config import ConfigError, TuneConfig
+from strategies.files import write_atomic
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol
 from tuner_tui.engine.protocol import WorkerSpec
@@ -129,13 +130,20 @@ def run_bench(
     client, ready = start_worker(plan.spec)
     caps = Capabilities(**ready.capabilities)
     configs = apply_overrides(plan.configs, plan.overrides)
-    if strict:
-        for config in configs:
-            config.check_runnable(caps)
-    else:
-        configs, skipped = runnable(configs, caps)
-        for line in skipped:
-            print(f"skipped {line}", file=out)
+    try:
+        if strict:
+            for config in configs:
+                config.check_runnable(caps)
+        else:
+            configs, skipped = runnable(configs, caps)
+            if not configs:
+                raise ConfigError(f"no configuration can run on device = {caps.device}: "
+                                  + skipped[0].partition(": ")[2])
+            for line in skipped:
+                print(f"skipped {line}", file=out)
+    except ConfigError:
+        client.stop()
+        raise
     workload = ready.workload
     default_batch = workload["default_batch_size"]
     references: dict[tuple[int, float], tuple[float, ...]] = {}
@@ -166,7 +174,7 @@ def run_bench(
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
-            progress.end(summary(result))
+            progress.end(summary(result, workload.get("item_name", "tokens")))
             if on_result is not None:
                 on_result(results, ready.environment, workload)
             client.stop()
@@ -188,6 +196,4 @@ def write_json(path: str | Path, results, environment: dict, workload: dict, pla
         "environment": environment,
         "results": [r.to_dict() for r in results],
     }
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")

@@ -13,6 +13,7 @@ import queue
 import signal
 import sys
 import time
+from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
 
 from tuner_tui.engine import protocol
@@ -20,6 +21,9 @@ from tuner_tui.engine.protocol import WorkerSpec
 
 
 def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:
+    # Its own process group: Ctrl-C and a closed terminal reach only the parent, which stops
+    # the worker (and with it the compile workers) in order, with no tracebacks from them.
+    os.setpgrp()
     os.environ.update(dict(spec.environ))
     # Imported here, in the child, so that the parent never imports torch.
     from tuner_tui.engine.worker import run_worker
@@ -53,6 +57,14 @@ parent's -W options (sys.warnoptions), so the option has to be there before it s
 def _quiet_resource_tracker() -> None:
     if TRACKER_LEAK_WARNING not in sys.warnoptions:
         sys.warnoptions.append(TRACKER_LEAK_WARNING)
+    # The tracker ignores SIGINT and SIGTERM but not SIGHUP: when the terminal closes it would
+    # die before the parent unlinks its semaphores. Started with SIGHUP blocked (the mask is
+    # inherited through fork and exec), it outlives the parent's clean-up.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class WorkerClient:
@@ -71,8 +83,8 @@ class WorkerClient:
     def start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
         # to its child: create the queues with the real stderr too.
-        _quiet_resource_tracker()
         with _real_stderr():
+            _quiet_resource_tracker()
             self.commands = self._ctx.Queue()
             self.events = self._ctx.Queue()
             self.quiet = self._ctx.Event()

@@ -50,8 +50,8 @@ def fingerprint(device: str) -> dict:
         "gpu_memory_bytes": None,
         "compute_capability": None,
         "driver": _nvml_driver(),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda) if torch.version.cuda else None,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch where unpickled
         "triton": _triton_version(),
         "python": platform.python_version(),
         "host": socket.gethostname(),

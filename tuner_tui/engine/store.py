@@ -15,14 +15,20 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from tuner_tui.engine.paths import gputune_home
 from tuner_tui.engine.protocol import TrialResult
 
 SCHEMA_VERSION = 1
+
+LOCK_WAIT_S = 120.0
+"""How long a write waits, with back-off, for another process's lock before the trial is kept
+only in memory (the report, the JSON and the export still have it)."""
 
 FINGERPRINT_KEYS = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
 """What makes two measurements comparable. The host name is left out on purpose: two machines
@@ -47,11 +53,6 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 CREATE INDEX IF NOT EXISTS trials_by_fingerprint ON trials (fingerprint, workload);
 """
-
-
-def gputune_home() -> Path:
-    """`$GPUTUNE_HOME`, or ~/.cache/gputune: the store and the shared compile caches."""
-    return Path(os.environ.get("GPUTUNE_HOME") or Path.home() / ".cache" / "gputune").expanduser()
 
 
 def default_path() -> Path:
@@ -92,38 +93,80 @@ class StoreError(Exception):
     """The store cannot be opened or is not a gputune store; the message is one line."""
 
 
-class ResultStore:
-    """A handle on one store file. Cheap to open; use it from one thread."""
+def _warn(message: str) -> None:
+    print(f"gputune: {message}", file=sys.stderr, flush=True)
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
+
+def _is_lock(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and (
+        "locked" in str(exc) or "busy" in str(exc)
+    )
+
+
+class ResultStore:
+    """A handle on one store file. Cheap to open; use it from one thread.
+
+    A store that breaks during a search (damaged pages, a row that is not JSON, a lock another
+    process holds too long) costs reuse, never a measurement: `lookup` then finds nothing,
+    `record` keeps nothing, and `on_problem` (stderr by default) says so once per problem."""
+
+    def __init__(
+        self, path: str | os.PathLike | None = None,
+        on_problem: Callable[[str], None] = _warn,
+    ) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.on_problem = on_problem
+        self._told: set[str] = set()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT), so a
-            # write is exactly one transaction whatever the sqlite3 module's defaults.
-            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # In WAL mode, NORMAL keeps the database consistent after a crash of the process
-            # (a power loss may lose the last commits, never corrupt).
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"result store {self.path} was written by a newer gputune "
-                    f"(schema {version}, this one reads {SCHEMA_VERSION})"
-                )
-            with self._transaction():
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            # write is exactly one transaction whatever the sqlite3 module's defaults. SQLite's
+            # own wait is short; `_retrying` backs off and says why it waits.
+            self._db = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
+            self._retrying(self._open)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open result store {self.path}: {exc}") from None
+            raise StoreError(f"cannot open result store {self.path}: {_why(exc)}") from None
         except OSError as exc:
             detail = exc.strerror or exc
             raise StoreError(f"cannot open result store {self.path}: {detail}") from None
 
+    def _open(self) -> None:
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode, NORMAL keeps the database consistent after a crash of the process
+        # (a power loss may lose the last commits, never corrupt).
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"result store {self.path} was written by a newer gputune "
+                f"(schema {version}, this one reads {SCHEMA_VERSION})"
+            )
+        with self._transaction():
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
     def _transaction(self):
         return _Transaction(self._db)
+
+    def _tell(self, problem: str) -> None:
+        if problem not in self._told:
+            self._told.add(problem)
+            self.on_problem(problem)
+
+    def _retrying(self, work: Callable[[], Any]) -> Any:
+        """`work()`, retried with back-off while another process holds the database locked."""
+        delay, deadline = 0.1, time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                return work()
+            except sqlite3.Error as exc:
+                if not _is_lock(exc) or time.monotonic() + delay > deadline:
+                    raise
+                self._tell(f"result store {self.path} is locked by another process; waiting up "
+                           f"to {LOCK_WAIT_S:.0f} s")
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def close(self) -> None:
         self._db.close()
@@ -158,32 +201,50 @@ class ResultStore:
             canonical_json(dict(environment)),
             time.time(),
         )
-        with self._transaction():
-            self._db.execute(
-                "INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, label, "
-                "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
-                "label = excluded.label, status = excluded.status, "
-                "tokens_per_s = excluded.tokens_per_s, "
-                "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
-                "environment = excluded.environment, created = excluded.created",
-                row,
-            )
+        def write() -> None:
+            with self._transaction():
+                self._db.execute(
+                    "INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, label, "
+                    "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
+                    "label = excluded.label, status = excluded.status, "
+                    "tokens_per_s = excluded.tokens_per_s, "
+                    "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
+                    "environment = excluded.environment, created = excluded.created",
+                    row,
+                )
+
+        try:
+            self._retrying(write)
+        except sqlite3.Error as exc:
+            self._tell(f"result store {self.path}: {_why(exc)}; this search goes on without "
+                       "storing its trials (the report, --json and the export keep them)")
 
     # -- reading -------------------------------------------------------------------------------
     def lookup(
         self, workload: str, config: Mapping, steps: int, warmup_steps: int, environment: Mapping
     ) -> StoredTrial | None:
-        """The stored trial for exactly this workload, configuration, steps and machine."""
-        cur = self._db.execute(
-            "SELECT * FROM trials WHERE workload = ? AND config = ? AND steps = ? "
-            "AND warmup_steps = ? AND fingerprint = ?",
-            (workload, canonical_json(dict(config)), steps, warmup_steps,
-             canonical_json(fingerprint(environment))),
-        )
-        row = cur.fetchone()
-        return _stored(cur, row) if row else None
+        """The stored trial for exactly this workload, configuration, steps and machine; None
+        if there is none, or if the store cannot say (then `on_problem` is told why)."""
+        def read() -> StoredTrial | None:
+            cur = self._db.execute(
+                "SELECT * FROM trials WHERE workload = ? AND config = ? AND steps = ? "
+                "AND warmup_steps = ? AND fingerprint = ?",
+                (workload, canonical_json(dict(config)), steps, warmup_steps,
+                 canonical_json(fingerprint(environment))),
+            )
+            row = cur.fetchone()
+            return _stored(cur, row) if row else None
+
+        try:
+            return self._retrying(read)
+        except sqlite3.Error as exc:
+            self._tell(f"result store {self.path}: {_why(exc)}; its results are not reused")
+        except (ValueError, KeyError, TypeError) as exc:
+            self._tell(f"result store {self.path} holds a damaged row ({type(exc).__name__}); "
+                       "that configuration is measured again")
+        return None
 
     def past(
         self, environment: Mapping | None = None, workload: str | None = None, limit: int = 1000
@@ -201,11 +262,29 @@ class ResultStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id DESC LIMIT ?"
-        cur = self._db.execute(sql, (*args, limit))
-        return [_stored(cur, row) for row in cur.fetchall()]
+        try:
+            cur = self._retrying(lambda: self._db.execute(sql, (*args, limit)))
+            rows = cur.fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"result store {self.path}: {_why(exc)}") from None
+        kept = []
+        for row in rows:
+            try:
+                kept.append(_stored(cur, row))
+            except (ValueError, KeyError, TypeError):
+                continue  # a damaged row: the others are still worth showing
+        return kept
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+
+def _why(exc: sqlite3.Error) -> str:
+    if _is_lock(exc):
+        return f"still locked by another process after {LOCK_WAIT_S:.0f} s"
+    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in str(exc):
+        return "the file is damaged (move it aside, or pass --store elsewhere)"
+    return str(exc)
 
 
 class _Transaction:
@@ -218,7 +297,14 @@ class _Transaction:
         self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            try:
+                self.db.execute("COMMIT")
+                return
+            except sqlite3.Error:
+                self.db.execute("ROLLBACK")  # so that a retry can begin again
+                raise
+        self.db.execute("ROLLBACK")
 
 
 def _stored(cursor: sqlite3.Cursor, row: tuple) -> StoredTrial:

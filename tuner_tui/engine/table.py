@@ -7,9 +7,9 @@ from tuner_tui.engine import protocol
 from tuner_tui.engine.search.memory import measured_peak
 
 
-def summary(r: protocol.TrialResult) -> str:
+def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
     if r.status == "ok" and r.tokens_per_s:
-        return f"{fmt.si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step"
+        return f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step"
     return f"{r.status}: {r.message}" if r.message else r.status
 
 

@@ -33,7 +33,10 @@ def figures_table(session: Session, now: float) -> Table:
     result = session.current_result()
     tokens = Text(fmt.rate(step.tokens_per_s if step else None), style="bold green")
     base = session.baseline
-    if step and base and base.result.tokens_per_s:
+    is_baseline = base is not None and base is session.row_for_run(session.run_id)
+    if is_baseline:
+        tokens.append("  the baseline", style="dim")
+    elif step and base and base.result.tokens_per_s:
         tokens.append(f"  {fmt.speedup(step.tokens_per_s / base.result.tokens_per_s)} baseline", style="")
     table.add_row(f"{session.item_name}/s", tokens)
     median = f"  (median {fmt.milliseconds(result.step_ms)})" if result and result.step_ms else ""

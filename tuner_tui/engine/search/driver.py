@@ -18,7 +18,6 @@ kills its process is marked and the search goes on. Around the trials:
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -44,7 +43,8 @@ from tuner_tui.engine.search.memory import (
 from tuner_tui.engine.search.report import SearchOutcome, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
 from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
-from tuner_tui.engine.store import ResultStore, gputune_home
+from tuner_tui.engine.paths import compile_cache_environ
+from tuner_tui.engine.store import ResultStore
 from tuner_tui.engine.table import summary
 
 TRIAL_GRACE_S = 300.0
@@ -317,18 +317,6 @@ def _compile_note(result: TrialResult) -> str:
     if result.status in ("ok", "stopped") and result.compile_s is not None:
         return f", first step {result.compile_s:.1f} s"
     return ""
-
-
-def compile_cache_environ() -> dict[str, str]:
-    """One Inductor cache for every trial (and every search) on this machine, under the gputune
-    home so it outlives /tmp; the FX graph and AOT autograd caches switched on explicitly. A
-    variable the user already set is left alone."""
-    wanted = {
-        "TORCHINDUCTOR_CACHE_DIR": str(gputune_home() / "inductor"),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
-    }
-    return {k: v for k, v in wanted.items() if k not in os.environ}
 
 
 def workload_key(workload: dict, spec: WorkerSpec) -> str:

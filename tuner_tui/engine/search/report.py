@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from strategies.config import ExportedConfig, TuneConfig, save
+from strategies.files import write_atomic
 from tuner_tui import format as fmt
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.memory import measured_peak
@@ -140,9 +141,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         ],
         "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
     }
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
 def report(outcome: SearchOutcome) -> str:

@@ -142,7 +142,7 @@ def load(
     module_name, _, func_name = name.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the user's module may fail in any way while importing
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:  # the user's module may fail in any way
         raise WorkloadError(
             f"workload {name!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
         ) from None
@@ -154,7 +154,7 @@ def load(
     kwargs = {k: v for k, v in offered.items() if k in params}
     try:
         result = func(**kwargs)
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
         raise WorkloadError(f"workload {name!r} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(result, Workload):
         raise WorkloadError(

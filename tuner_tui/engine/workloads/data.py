@@ -38,20 +38,30 @@ class TextFileTokens:
     """Byte-level tokens from a text file; batch `i` takes random windows seeded by `i`."""
 
     def __init__(self, path: str | Path, seq_len: int, seed: int) -> None:
-        data = Path(path).read_bytes()
-        if len(data) < seq_len + 2:
+        # Read once into a buffer the tensor shares, and kept as bytes: a window is widened
+        # to int64 only when it is batched, so memory stays about the file's size.
+        size = Path(path).stat().st_size
+        if size < seq_len + 2:
             raise ValueError(
-                f"--data file {path} holds {len(data)} bytes; it needs at least {seq_len + 2} "
+                f"--data file {path} holds {size} bytes; it needs at least {seq_len + 2} "
                 f"for one sequence of {seq_len} tokens"
             )
-        self.tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+        data = bytearray(size)
+        view, read = memoryview(data), 0
+        with open(path, "rb", buffering=0) as handle:
+            while read < size:  # one read() returns at most 2 GiB on Linux
+                n = handle.readinto(view[read:])
+                if not n:
+                    break
+                read += n
+        self.tokens = torch.frombuffer(data, dtype=torch.uint8)[:read]
         self.seq_len, self.seed = seq_len, seed
         self.vocab_size = 256
 
     def batch(self, step: int, batch_size: int, device: torch.device):
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (batch_size,), generator=gen)
-        rows = torch.stack([self.tokens[s : s + self.seq_len + 1] for s in starts.tolist()])
+        rows = torch.stack([self.tokens[s : s + self.seq_len + 1] for s in starts.tolist()]).long()
         if device.type == "cuda":
             # From pinned memory the copy is truly asynchronous; from pageable memory it is not.
             rows = rows.pin_memory()

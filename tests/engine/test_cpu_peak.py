@@ -1,0 +1,46 @@
+"""Peak memory on the CPU: a run in a long-lived worker (the dashboard) reports what the same
+run reports in a fresh process (bench), not what earlier runs left cached."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PEAK = """
+import gc, sys
+from strategies import TuneConfig
+from tuner_tui.engine import workloads
+from tuner_tui.engine.trial import Trainer
+
+workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+
+def peak(config):
+    trainer = Trainer(workload, TuneConfig.from_dict(config), "cpu", warmup_steps=1)
+    trainer.build()
+    for _ in range(3):
+        trainer.step()
+    trainer.finish()
+    value = trainer.result().peak_memory_bytes
+    trainer.close()
+    del trainer
+    gc.collect()
+    return value
+
+if sys.argv[1] == "after-another-run":
+    peak({"batch_size": 16, "attention": "sdpa"})  # as the dashboard's fp32 reference does
+print(peak({"batch_size": 16}))
+"""
+
+
+def _peak(mode: str) -> int:
+    done = subprocess.run([sys.executable, "-c", PEAK, mode], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.split()[-1])
+
+
+def test_a_run_after_another_reports_about_the_peak_of_a_fresh_process():
+    fresh, after = _peak("fresh"), _peak("after-another-run")
+    assert fresh > 0 and after > 0
+    assert 0.5 < after / fresh < 2.0, (fresh / 2**20, after / 2**20)

@@ -1,0 +1,137 @@
+"""A result store that breaks during a search: damaged pages, a row that is not JSON, a lock held
+by another process. Each costs reuse, never a measurement, and is said once."""
+
+import sqlite3
+import subprocess
+import sys
+import time
+
+
+from strategies.config import TuneConfig
+from tuner_tui.engine import store as store_module
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.store import ResultStore
+
+ENV = {"device": "cpu", "torch": "2.13", "cpu": "x86_64", "cpu_count": 2}
+
+
+def _result(batch: int) -> TrialResult:
+    config = TuneConfig.from_dict({"batch_size": batch})
+    return TrialResult(config=config.to_dict(), label=config.label(), status="ok",
+                       tokens_per_s=1000.0 + batch)
+
+
+def _filled(path, rows=200) -> None:
+    with ResultStore(path) as store:
+        for batch in range(1, rows + 1):
+            store.record(_result(batch), ENV, "gpt2-tiny", 20, 5)
+
+
+def test_a_row_that_is_not_json_is_measured_again_and_left_out_of_the_history(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    _filled(path, rows=3)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE trials SET result = '{not json' WHERE config LIKE '%\"batch_size\":2,%'")
+    db.commit()
+    db.close()
+    told = []
+    store = ResultStore(path, on_problem=told.append)
+    config = _result(2).config
+    assert store.lookup("gpt2-tiny", config, 20, 5, ENV) is None
+    assert store.lookup("gpt2-tiny", config, 20, 5, ENV) is None
+    assert len(told) == 1 and "damaged row" in told[0] and "measured again" in told[0]
+    assert store.lookup("gpt2-tiny", _result(1).config, 20, 5, ENV).result.tokens_per_s == 1001.0
+    assert sorted(t.result.batch_size or t.config["batch_size"] for t in store.past()) == [1, 3]
+    store.close()
+
+
+def test_damaged_pages_cost_reuse_and_storing_not_the_search(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    _filled(path)
+    with ResultStore(path) as store:  # fold the WAL into the main file before damaging it
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    page = 4096
+    assert len(raw) > 4 * page
+    raw[2 * page:len(raw) - page] = b"\xa5" * (len(raw) - 3 * page)
+    path.write_bytes(bytes(raw))
+    told = []
+    store = ResultStore(path, on_problem=told.append)  # the header page is intact
+    assert store.lookup("gpt2-tiny", _result(150).config, 20, 5, ENV) is None
+    store.record(_result(500), ENV, "gpt2-tiny", 20, 5)  # does not raise
+    assert told and all(str(path) in line for line in told)
+    assert any("damaged" in line for line in told), told
+    store.close()
+
+
+HOLD_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+def _lock_from_another_process(path, seconds):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_write_waits_with_back_off_for_another_process_lock(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    _filled(path, rows=1)
+    told = []
+    store = ResultStore(path, on_problem=told.append)
+    holder = _lock_from_another_process(path, 3.0)
+    start = time.monotonic()
+    store.record(_result(7), ENV, "gpt2-tiny", 20, 5)
+    assert time.monotonic() - start > 1.0  # it waited for the lock rather than giving up
+    holder.wait(timeout=30)
+    assert store.lookup("gpt2-tiny", _result(7).config, 20, 5, ENV) is not None
+    assert len(told) == 1 and "locked by another process; waiting" in told[0]
+    store.close()
+
+
+def test_a_lock_held_too_long_keeps_the_trial_out_of_the_store_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "LOCK_WAIT_S", 1.0)
+    path = tmp_path / "r.sqlite3"
+    _filled(path, rows=1)
+    told = []
+    store = ResultStore(path, on_problem=told.append)
+    holder = _lock_from_another_process(path, 6.0)
+    store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # does not raise
+    assert any("still locked" in line and "goes on without storing" in line for line in told)
+    holder.kill()
+    holder.wait()
+    assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is None
+    store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # the lock is gone: stored again
+    assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is not None
+    store.close()
+
+
+def test_tune_with_a_damaged_store_keeps_every_trial_in_its_json_and_export(gputune, tmp_path):
+    import json
+
+    path = tmp_path / "r.sqlite3"
+    _filled(path)
+    with ResultStore(path) as store:
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    raw[4096:] = b"\xa5" * (len(raw) - 4096)  # every page but the schema's
+    path.write_bytes(bytes(raw))
+    out, js = tmp_path / "best.toml", tmp_path / "tune.json"
+    proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2",
+                   "--warmup", "1", "--search", "precision=fp32", "--set", "compile_mode=off",
+                   "--set", "checkpointing=off", "--set", "batch_size=0",
+                   "--set", "optimizer=plain", "--set", "attention=manual",
+                   "--set", "fused_kernels=", "--store", str(path), "--out", str(out),
+                   "--json", str(js), "--max-memory", "8GiB")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"result store {path}: the file is damaged" in proc.stderr
+    assert json.loads(js.read_text())["results"][0]["status"] == "ok"
+    assert "[config]" in out.read_text()
