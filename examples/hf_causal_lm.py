@@ -7,8 +7,9 @@
 On a GPU the Llama example has the shape of Llama 3.2 1B; on the CPU a tiny one. gputune's
 strategies recognise what they can in these models: the decoder layers as blocks
 (checkpointing, per-block compile), LlamaRMSNorm and nn.LayerNorm for the fused norms, GPT-2's
-NewGELUActivation for the tanh-GELU kernel and Llama's gated MLP for the SwiGLU kernel; the loss
-stays Hugging Face's own (computed inside the model from `labels`), and the report says so.
+NewGELUActivation for the tanh-GELU kernel and Llama's gated MLP for the SwiGLU kernel, and, with
+`linear_cross_entropy`, the loss the model computes inside `forward(labels=...)`, which becomes
+the fused linear + cross-entropy (strategies/hf_causal_lm_loss.py).
 """
 
 from __future__ import annotations

@@ -129,6 +129,9 @@ def apply(run, config) -> None:
         raise ConfigError(
             "optimizer already has state: call strategies.apply before the first optimizer step"
         )
+    if config.optimizer_state == "offload" and run.device_type != "cuda":
+        raise ConfigError(f"optimizer_state = offload needs a CUDA GPU (torchao's CPU offload); "
+                          f"device = {run.device_type}")
     run.optimizer, report = build(optimizer, config)
     run.report["optimizer"] = {"rebuilt": True, **report}
 

@@ -188,9 +188,13 @@ def test_gpu_only_choices_are_refused_on_the_cpu_with_one_line(changes, needs):
     assert "device = cpu" in message and "\n" not in message
 
 
-def test_fp8_strategy_refuses_a_cpu_model():
-    with pytest.raises(ConfigError, match="fp8 = rowwise needs a CUDA GPU"):
-        strategies.apply(TuneConfig.from_dict({"fp8": "rowwise"}), TwoLayers(), device_type="cpu")
+@pytest.mark.parametrize("changes", [{"fp8": "rowwise"}, {"optimizer_state": "offload"}])
+def test_gpu_only_strategies_refuse_a_cpu_model(changes):
+    key, value = next(iter(changes.items()))
+    model = TwoLayers()
+    with pytest.raises(ConfigError, match=f"{key} = {value} needs a CUDA GPU"):
+        strategies.apply(TuneConfig.from_dict(changes), model,
+                         torch.optim.AdamW(model.parameters()), device_type="cpu")
 
 
 def test_float8_leaves_out_the_lm_head_and_odd_shapes():
