@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import inspect
 
-import torch
 from torch import nn
 
 IGNORE_INDEX = -100

@@ -12,7 +12,7 @@ import pytest
 from strategies import load
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
-from tuner_tui.engine import bench, runner, search
+from tuner_tui.engine import runner, search
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
