@@ -19,7 +19,8 @@ def format_table(
     """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
     by the first row's. `item_name`: what the workload counts (tokens, images, samples).
     "peak GiB" is what counts against a memory budget (the larger of the allocated and reserved
-    peaks); "est GiB" the estimate made before the row ran, from the rows before it."""
+    peaks); "est GiB" the estimate made before the row ran, from the rows before it, marked ~
+    where it rests on a saving not measured yet (such an estimate never skips a trial)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
                "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
@@ -36,7 +37,7 @@ def format_table(
             f"{r.step_ms:.1f}" if r.step_ms else "-",
             f"{r.mfu:.1%}" if r.mfu is not None else "-",
             fmt.gib(measured_peak(r), unit=False),
-            fmt.gib(r.memory_estimate.get("total"), unit=False),
+            _estimate(r),
             f"{r.compile_s:.1f}" if r.compile_s is not None else "-",
             loss,
             r.status,
@@ -50,3 +51,10 @@ def format_table(
     if peaks:
         lines.append("MFU peaks: " + "; ".join(peaks))
     return "\n".join(lines)
+
+
+def _estimate(r: protocol.TrialResult) -> str:
+    total = r.memory_estimate.get("total")
+    if total is None:
+        return "-"
+    return ("" if r.memory_estimate.get("certain", True) else "~") + fmt.gib(total, unit=False)
