@@ -193,6 +193,12 @@ class TrialResult:
         return cls(**data)
 
 
+def measured_peak(result: TrialResult) -> int | None:
+    """What counts against a memory budget: the larger of the allocated and reserved peaks."""
+    peaks = [p for p in (result.peak_memory_bytes, result.peak_reserved_bytes) if p]
+    return max(peaks) if peaks else None
+
+
 @dataclass(frozen=True)
 class TrialFinished:
     run_id: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
-from tuner_tui.engine.search.memory import measured_peak
+from tuner_tui.engine.protocol import measured_peak
 
 
 def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
-from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.protocol import TrialResult, measured_peak
 
 CHECKPOINT_PRIOR = 1.0
 """Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
@@ -32,12 +32,6 @@ ACTIVATION_KEYS = ("precision", "weights", "attention", "fused_kernels", "fp8", 
 """The options that change what a run holds besides parameters, gradients and optimizer state
 (activations, logits and loss buffers, autocast's weight copies, compiled graphs' buffers, the
 optimizer's temporaries). Batch and micro-batch sizes scale it; the rest leave it alone."""
-
-
-def measured_peak(result: TrialResult) -> int | None:
-    """What counts against the budget: the larger of allocated and reserved peaks."""
-    peaks = [p for p in (result.peak_memory_bytes, result.peak_reserved_bytes) if p]
-    return max(peaks) if peaks else None
 
 
 @dataclass(frozen=True)
