@@ -113,8 +113,11 @@ def test_fp16_refused_on_cpu_model():
 
 
 def test_fused_kernels_without_triton_device_is_refused(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # Imported first: Triton reads TRITON_INTERPRET when the kernels are defined, and a first
+    # import here would leave them compiled for a GPU for every later test of the session.
     import kernels
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
     if kernels.available()[0]:
         pytest.skip("Triton kernels can run here")
