@@ -1,13 +1,16 @@
 """gputune's strategies: the configuration, its registry, and `apply()`.
 
-In your own training script (at most five lines):
+In your own training script (five lines; the README shows them in a loop):
 
     import strategies
     tuned = strategies.apply(strategies.load("gputune.toml"), model, optimizer)
-    model = tuned.model
     with tuned.autocast():
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(tuned.model(x), y)
     tuned.step(loss)   # backward (scaled for fp16), gradient clipping, optimizer step, zero_grad
+
+The optimizer is tuned in place when only its implementation changes, so a scheduler made
+before `apply` keeps working; when a choice replaces it, `tuned.optimizer` is the new one
+(see strategies.optimizer).
 
 Importing this package does not import torch; `apply` does.
 """
@@ -17,7 +20,7 @@ from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, Strat
 
 
 def apply(config, model, optimizer=None, **kwargs):
-    """Apply `config` to `model` (and rebuild `optimizer`) in the fixed order precision, attention,
+    """Apply `config` to `model` (and tune `optimizer`) in the fixed order precision, attention,
     kernel swap, checkpointing, compile, optimizer. Returns a `TunedRun`; see strategies.compose."""
     from strategies.compose import apply as _apply
 

@@ -76,7 +76,7 @@ def apply(
     device_type: str | None = None,
     blocks: list[nn.Module] | None = None,
 ) -> TunedRun:
-    """Apply every strategy of `config` to `model` (in place) and rebuild `optimizer`.
+    """Apply every strategy of `config` to `model` and `optimizer` (in place where it can).
 
     Order: precision, attention, fused kernels, activation checkpointing, compile, optimizer.
     `blocks` names the model's repeated blocks for checkpointing and per-block compile; by

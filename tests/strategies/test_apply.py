@@ -104,7 +104,7 @@ def test_unknown_optimizer_is_left_alone():
     model = nn.Linear(4, 4)
     opt = torch.optim.RMSprop(model.parameters())
     tuned = strategies.apply(TuneConfig.from_dict({"optimizer": "fused"}), model, opt)
-    assert tuned.optimizer is opt and tuned.report["optimizer"]["rebuilt"] is False
+    assert tuned.optimizer is opt and tuned.report["optimizer"]["changed"] is False
 
 
 def test_fp16_refused_on_cpu_model():
