@@ -86,12 +86,16 @@ def test_gputune_installs_beside_hugging_faces_kernels(tmp_path):
     inner = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                            capture_output=True, text=True, check=True).stdout.strip()
     Path(inner, "outer-environment.pth").write_text(outer)
+    # As a user installs: without the checkout on PYTHONPATH, where our kernels/ folder would
+    # shadow HF's (its setuptools plugin, kernels.locking, runs during our build).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check"]
-    got = subprocess.run(pip + ["kernels==0.17.2"], capture_output=True, text=True)
+    got = subprocess.run(pip + ["kernels==0.17.2"], capture_output=True, text=True, env=env)
     if got.returncode != 0 and "No matching distribution" in got.stderr + got.stdout:
         pytest.skip("the package index cannot be reached: " + got.stderr.strip().splitlines()[-1])
     assert got.returncode == 0, got.stderr
-    subprocess.run(pip + ["--no-build-isolation", "-e", str(ROOT)], check=True, capture_output=True)
+    got = subprocess.run(pip + ["--no-build-isolation", "-e", str(ROOT)], capture_output=True, text=True, env=env)
+    assert got.returncode == 0, got.stdout + got.stderr
 
     code = (
         "import kernels, gputune_kernels, torch\n"
@@ -101,13 +105,12 @@ def test_gputune_installs_beside_hugging_faces_kernels(tmp_path):
         "class Norm(torch.nn.Module):\n"
         "    def forward(self, x):\n"
         "        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)\n"
-        "x = torch.randn(3, 17, dtype=torch.float64)\n"
-        "ours = gputune_kernels.rms_norm(x, torch.ones(17, dtype=torch.float64), 1e-6)\n"
+        "x = torch.randn(3, 17)\n"
+        "ours = gputune_kernels.rms_norm(x, torch.ones(17), 1e-6)\n"
         "torch.testing.assert_close(ours, Norm()(x))\n"
         "import strategies.fused_kernels, tuner_tui.cli\n"
         "print(kernels.__file__); print(gputune_kernels.__file__)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run([python, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
