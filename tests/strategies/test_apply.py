@@ -114,9 +114,9 @@ def test_fp16_refused_on_cpu_model():
 
 def test_fused_kernels_without_triton_device_is_refused(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    import kernels
+    import gputune_kernels
 
-    if kernels.available()[0]:
+    if gputune_kernels.available()[0]:
         pytest.skip("Triton kernels can run here")
     with pytest.raises(ConfigError, match="cannot run"):
         strategies.apply(TuneConfig.from_dict({"fused_kernels": ["gelu"]}), nn.GELU("tanh"))
@@ -140,9 +140,9 @@ def test_compile_keeps_the_reference_loss(reference):
 def test_under_compile_norms_and_activations_are_left_to_inductor_unless_asked(
         monkeypatch, policy, swapped):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    import kernels
+    import gputune_kernels
 
-    if not kernels.available()[0]:
+    if not gputune_kernels.available()[0]:
         pytest.skip("Triton kernels cannot run here")
     w = load("gpt2-tiny")
     model = w.build_model()
