@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import kernels  # noqa: E402
+import gputune_kernels  # noqa: E402
 
 GiB = 1024**3
 MiB = 1024**2
@@ -145,7 +145,7 @@ def _rms_norm_eager(x, w, eps=1e-6):
 
 
 def _softmax_warps(w):
-    sm = sys.modules["kernels.softmax"]
+    sm = sys.modules["gputune_kernels.softmax"]
 
     def run(x):
         y = torch.empty_like(x)
@@ -166,7 +166,7 @@ def triton_next_pow2(n):
 
 def _flce_variant(chunk_rows):
     def run(hidden, weight, target):
-        return kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=chunk_rows)
+        return gputune_kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=chunk_rows)
 
     return run
 
@@ -187,14 +187,14 @@ def build_cases() -> list[Case]:
         cases.append(Case(
             name=f"softmax fwd {rows}x{cols} fp32",
             make=lambda r=rows, c=cols: {"x": _randn(r, c, dtype=torch.float32, scale=3)},
-            eager=lambda x: torch.softmax(x, -1), ours=lambda x: kernels.softmax(x),
+            eager=lambda x: torch.softmax(x, -1), ours=lambda x: gputune_kernels.softmax(x),
             bytes_moved=2 * rows * cols * 4, variants=variants, tol=1e-5,
             target=">= 0.9 x copy bandwidth" if cols == 4096 else "",
         ))
     cases.append(Case(
         name="softmax fwd+bwd 8192x4096 fp32",
         make=lambda: {"x": _randn(8192, 4096, dtype=torch.float32, grad=True, scale=3)},
-        eager=lambda x: torch.softmax(x, -1), ours=lambda x: kernels.softmax(x), grad_inputs=("x",),
+        eager=lambda x: torch.softmax(x, -1), ours=lambda x: gputune_kernels.softmax(x), grad_inputs=("x",),
         bytes_moved=5 * 8192 * 4096 * 4, tol=1e-5,
     ))
     cases.append(Case(
@@ -204,7 +204,7 @@ def build_cases() -> list[Case]:
             (s * 0.125).masked_fill(torch.ones(1024, 1024, dtype=torch.bool, device=s.device).triu(1), float("-inf")),
             -1,
         ),
-        ours=lambda s: kernels.causal_softmax(s, 0.125), grad_inputs=("s",),
+        ours=lambda s: gputune_kernels.causal_softmax(s, 0.125), grad_inputs=("s",),
         bytes_moved=5 * 16 * 12 * 1024 * 1024 * 2,
     ))
     n, h = 8192, 4096
@@ -213,7 +213,7 @@ def build_cases() -> list[Case]:
         make=lambda: {
             "x": _randn(n, h, dtype=torch.bfloat16, grad=True), "w": _randn(h, dtype=torch.bfloat16, grad=True),
         },
-        eager=_rms_norm_eager, ours=lambda x, w: kernels.rms_norm(x, w), grad_inputs=("x", "w"),
+        eager=_rms_norm_eager, ours=lambda x, w: gputune_kernels.rms_norm(x, w), grad_inputs=("x", "w"),
         bytes_moved=5 * n * h * 2, target="<= 0.25 ms",
     ))
     cases.append(Case(
@@ -223,7 +223,7 @@ def build_cases() -> list[Case]:
             "b": _randn(h, dtype=torch.bfloat16, grad=True),
         },
         eager=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
-        ours=lambda x, w, b: kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
+        ours=lambda x, w, b: gputune_kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
         bytes_moved=5 * n * h * 2, target="<= 0.20 ms",
     ))
     for vocab in (50304, 128256):
@@ -233,7 +233,7 @@ def build_cases() -> list[Case]:
                 "logits": _randn(8192, v, dtype=torch.bfloat16, grad=True, scale=3),
                 "target": torch.randint(0, v, (8192,), device="cuda"),
             },
-            eager=_ce_eager, ours=lambda logits, target: kernels.cross_entropy(logits, target),
+            eager=_ce_eager, ours=lambda logits, target: gputune_kernels.cross_entropy(logits, target),
             grad_inputs=("logits",), bytes_moved=3 * 8192 * vocab * 2,
             target="<= 2.5 ms, no extra full-size buffer" if vocab == 128256 else "",
         ))
@@ -248,7 +248,7 @@ def build_cases() -> list[Case]:
                 "target": torch.randint(0, v, (8192,), device="cuda"),
             },
             eager=_flce_eager,
-            ours=lambda hidden, weight, target: kernels.fused_linear_cross_entropy(hidden, weight, target),
+            ours=lambda hidden, weight, target: gputune_kernels.fused_linear_cross_entropy(hidden, weight, target),
             grad_inputs=("hidden", "weight"), flops=3 * 2 * 8192 * hidden_size * vocab,
             variants={f"chunk_rows={c}": _flce_variant(c) for c in (256, 512, 1024, 2048, 4096)},
             target="<= 36 ms, <= 1.1 GiB" if (hidden_size, vocab) == (4096, 128256) else "",
@@ -257,13 +257,13 @@ def build_cases() -> list[Case]:
         name="SwiGLU fwd+bwd 8192x11008 bf16",
         make=lambda: {"a": _randn(8192, 11008, dtype=torch.bfloat16, grad=True, scale=2),
                       "b": _randn(8192, 11008, dtype=torch.bfloat16, grad=True)},
-        eager=lambda a, b: F.silu(a) * b, ours=lambda a, b: kernels.swiglu(a, b), grad_inputs=("a", "b"),
+        eager=lambda a, b: F.silu(a) * b, ours=lambda a, b: gputune_kernels.swiglu(a, b), grad_inputs=("a", "b"),
         bytes_moved=8 * 8192 * 11008 * 2, target="<= 0.45 ms",
     ))
     cases.append(Case(
         name="GELU-tanh fwd+bwd 8192x11008 bf16",
         make=lambda: {"x": _randn(8192, 11008, dtype=torch.bfloat16, grad=True, scale=2)},
-        eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: kernels.gelu_tanh(x), grad_inputs=("x",),
+        eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: gputune_kernels.gelu_tanh(x), grad_inputs=("x",),
         bytes_moved=5 * 8192 * 11008 * 2,
     ))
     for c in cases:
@@ -307,10 +307,10 @@ def launch_overhead() -> dict:
     w = torch.randn(256, device="cuda", requires_grad=True)
     g = torch.randn(8, 256, device="cuda")
     pairs = {
-        "swiglu": (lambda: kernels.swiglu(x, x), lambda: F.silu(x) * x),
-        "rms_norm": (lambda: kernels.rms_norm(x, w), lambda: _rms_norm_eager(x, w)),
-        "layer_norm": (lambda: kernels.layer_norm(x, w, w), lambda: F.layer_norm(x, (256,), w, w)),
-        "softmax": (lambda: kernels.softmax(x), lambda: torch.softmax(x, -1)),
+        "swiglu": (lambda: gputune_kernels.swiglu(x, x), lambda: F.silu(x) * x),
+        "rms_norm": (lambda: gputune_kernels.rms_norm(x, w), lambda: _rms_norm_eager(x, w)),
+        "layer_norm": (lambda: gputune_kernels.layer_norm(x, w, w), lambda: F.layer_norm(x, (256,), w, w)),
+        "softmax": (lambda: gputune_kernels.softmax(x), lambda: torch.softmax(x, -1)),
     }
     out = {}
     for name, (ours, eager) in pairs.items():
@@ -331,7 +331,7 @@ def launch_overhead() -> dict:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(200):
-        torch.autograd.grad(kernels.rms_norm(x, w), [x, w], g)
+        torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g)
     torch.cuda.synchronize()
     prof.disable()
     buf = io.StringIO()

@@ -12,14 +12,14 @@ import os
 
 import torch
 
-from kernels.causal_softmax import causal_softmax
-from kernels.cross_entropy import cross_entropy
-from kernels.fused_linear_cross_entropy import fused_linear_cross_entropy
-from kernels.gelu import gelu_tanh
-from kernels.layer_norm import layer_norm
-from kernels.rms_norm import rms_norm
-from kernels.softmax import softmax
-from kernels.swiglu import swiglu
+from gputune_kernels.causal_softmax import causal_softmax
+from gputune_kernels.cross_entropy import cross_entropy
+from gputune_kernels.fused_linear_cross_entropy import fused_linear_cross_entropy
+from gputune_kernels.gelu import gelu_tanh
+from gputune_kernels.layer_norm import layer_norm
+from gputune_kernels.rms_norm import rms_norm
+from gputune_kernels.softmax import softmax
+from gputune_kernels.swiglu import swiglu
 
 #: The public kernel functions, by name.
 KERNEL_NAMES = (

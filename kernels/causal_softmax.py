@@ -3,7 +3,7 @@
 ``causal_softmax(scores, scale)`` takes attention scores (..., T, T) before scaling and returns
 softmax(scale * scores) over the last dim with keys j > i masked out. The forward reads only
 the unmasked triangle and writes zeros above it; the backward reads y and dy on the triangle.
-The kernels are those of ``kernels.softmax`` run with ``CAUSAL=True``.
+The kernels are those of ``gputune_kernels.softmax`` run with ``CAUSAL=True``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch.library import triton_op
 
-from kernels import _common
-from kernels.softmax import launch_bwd, launch_fwd
+from gputune_kernels import _common
+from gputune_kernels.softmax import launch_bwd, launch_fwd
 
 
 def _causal_softmax_impl(scores: torch.Tensor, scale: float) -> torch.Tensor:

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from kernels import _common
+from gputune_kernels import _common
 
 #: Block the kernels walk a row of logits with.
 _BLOCK = 8192

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from kernels import _common
+from gputune_kernels import _common
 
 #: Rows per chunk: a power of 2 with at most _CHUNK_BYTES of logits. Fewer chunks re-read and
 #: re-write grad_weight fewer times; larger ones hold more logits. Measured inside a whole

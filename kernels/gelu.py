@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from kernels import _common
+from gputune_kernels import _common
 
 _BLOCK = 4096
 

@@ -3,7 +3,7 @@
 Rows up to ``_MAX_SINGLE_BLOCK`` elements are held in registers in one block (one read, one
 write). Longer rows use a looped online softmax: a first pass keeps the running max and the
 running sum rescaled to it, a second pass writes exp(x - max) / sum. The same kernels serve
-the causal, scaled softmax of ``kernels.causal_softmax`` (``CAUSAL=True``): a row then reads
+the causal, scaled softmax of ``gputune_kernels.causal_softmax`` (``CAUSAL=True``): a row then reads
 only its first ``i + 1`` columns and writes zeros after them.
 """
 
@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from kernels import _common
+from gputune_kernels import _common
 
 _LOG2E = 1.4426950408889634
 

@@ -1,17 +1,17 @@
 """gputune's strategies: the configuration, its registry, and `apply()`.
 
-In your own training script (at most five lines):
+In your own training script (five lines; the README shows them in a loop):
 
     import strategies
     tuned = strategies.apply(strategies.load("gputune.toml"), model, optimizer)
-    model = tuned.model
     with tuned.autocast():
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(tuned.model(x), y)
     tuned.step(loss)   # backward (scaled for fp16), gradient clipping, optimizer step, zero_grad
 
 With micro-batches: `for part in tuned.micro_batches(batch): ... tuned.backward(loss)`, then
-`tuned.step()`. Use `tuned.optimizer` afterwards: bf16 weights and low-precision or offloaded
-state replace the optimizer by torchao's.
+`tuned.step()`. The optimizer is tuned in place when only its implementation changes, so a
+scheduler made before `apply` keeps working; bf16 weights and low-precision or offloaded state
+replace it by torchao's: then `tuned.optimizer` is the new one, and a scheduler is made on it.
 
 Importing this package does not import torch; `apply` does.
 """
@@ -21,9 +21,9 @@ from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, Strat
 
 
 def apply(config, model, optimizer=None, **kwargs):
-    """Apply `config` to `model` (and rebuild `optimizer`) in the fixed order precision, weights,
-    attention, kernel swap, float8, checkpointing, compile, optimizer. Returns a `TunedRun`; see
-    strategies.compose."""
+    """Apply `config` to `model` (and tune or replace `optimizer`) in the fixed order precision,
+    weights, attention, kernel swap, float8, checkpointing, compile, optimizer. Returns a
+    `TunedRun`; see strategies.compose."""
     from strategies.compose import apply as _apply
 
     return _apply(config, model, optimizer, **kwargs)

@@ -133,7 +133,7 @@ def apply(
     device_type: str | None = None,
     blocks: list[nn.Module] | None = None,
 ) -> TunedRun:
-    """Apply every strategy of `config` to `model` (in place) and rebuild `optimizer`.
+    """Apply every strategy of `config` to `model` and `optimizer` (in place where it can).
 
     Order: precision, weights, attention, fused kernels (with the loss of Hugging Face causal
     LMs), float8, activation checkpointing, compile, optimizer.

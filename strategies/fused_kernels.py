@@ -26,9 +26,9 @@ class FusedLayerNorm(nn.Module):
         self.weight, self.bias, self.eps = source.weight, source.bias, source.eps
 
     def forward(self, x):
-        import kernels
+        import gputune_kernels
 
-        return kernels.layer_norm(x, self.weight, self.bias, self.eps)
+        return gputune_kernels.layer_norm(x, self.weight, self.bias, self.eps)
 
 
 class FusedRMSNorm(nn.Module):
@@ -41,23 +41,23 @@ class FusedRMSNorm(nn.Module):
         self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
 
     def forward(self, x):
-        import kernels
+        import gputune_kernels
 
-        return kernels.rms_norm(x, self.weight, self.eps)
+        return gputune_kernels.rms_norm(x, self.weight, self.eps)
 
 
 class FusedGeluTanh(nn.Module):
     def forward(self, x):
-        import kernels
+        import gputune_kernels
 
-        return kernels.gelu_tanh(x)
+        return gputune_kernels.gelu_tanh(x)
 
 
 class FusedSiluMul(nn.Module):
     def forward(self, gate, up):
-        import kernels
+        import gputune_kernels
 
-        return kernels.swiglu(gate, up)
+        return gputune_kernels.swiglu(gate, up)
 
 
 class FusedGatedMLP(nn.Module):
@@ -69,34 +69,34 @@ class FusedGatedMLP(nn.Module):
         self.gate_proj, self.up_proj, self.down_proj = source.gate_proj, source.up_proj, source.down_proj
 
     def forward(self, x):
-        import kernels
+        import gputune_kernels
 
-        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(gputune_kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 class FusedCausalSoftmax(nn.Module):
     def forward(self, scores, scale):
-        import kernels
+        import gputune_kernels
 
-        return kernels.causal_softmax(scores, scale)
+        return gputune_kernels.causal_softmax(scores, scale)
 
 
 class FusedLinearCrossEntropy(nn.Module):
     """hidden @ weight.T then cross-entropy, chunked: the full logits never exist."""
 
     def forward(self, hidden, weight, targets):
-        import kernels
+        import gputune_kernels
 
-        return kernels.fused_linear_cross_entropy(hidden, weight, targets)
+        return gputune_kernels.fused_linear_cross_entropy(hidden, weight, targets)
 
 
 class LinearThenFusedCrossEntropy(nn.Module):
     """The logits are built by a matmul; only the cross-entropy is the fused kernel."""
 
     def forward(self, hidden, weight, targets):
-        import kernels
+        import gputune_kernels
 
-        return kernels.cross_entropy(hidden @ weight.t(), targets)
+        return gputune_kernels.cross_entropy(hidden @ weight.t(), targets)
 
 
 def _is_rms_norm(m: nn.Module) -> bool:
@@ -178,9 +178,9 @@ def apply(run, config) -> None:
     # Under compile (inductor-first) the kernels Inductor fuses itself are left to it.
     chosen = set(config.effective_kernels())
     left_to_inductor = [k for k in config.fused_kernels if k not in chosen]
-    import kernels
+    import gputune_kernels
 
-    ok, reason = kernels.available()
+    ok, reason = gputune_kernels.available()
     if not ok:
         raise ConfigError(f"fused_kernels = [{', '.join(config.fused_kernels)}] cannot run: {reason}")
     counts = swap_modules(run.model, chosen) if chosen else {}

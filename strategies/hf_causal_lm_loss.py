@@ -4,7 +4,7 @@ A Hugging Face causal LM called with `labels=` builds the full (batch, seq, voca
 them to fp32 and takes the cross-entropy: on a 128k vocabulary that is the largest tensor of
 the step. Here the model's `forward` is wrapped: with labels, it runs the decoder (the base
 model that `get_decoder()` or `base_model` returns) and computes the loss from the final hidden
-states and `lm_head.weight` with `kernels.fused_linear_cross_entropy`, chunk by chunk, with
+states and `lm_head.weight` with `gputune_kernels.fused_linear_cross_entropy`, chunk by chunk, with
 Hugging Face's label shift and ignore_index = -100; the output carries `.loss` and no logits.
 Without labels (generation, evaluation of logits) the model's own forward runs. The user's
 code keeps calling `model(input_ids, labels=...)` and reading `.loss`.
@@ -64,7 +64,7 @@ def swap_loss(model: nn.Module) -> bool:
     untouched) so that calls with labels compute the fused loss. Returns whether it did."""
     if is_swapped(model) or why_not_swappable(model) is not None:
         return False
-    import kernels
+    import gputune_kernels
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     original = model.forward
@@ -91,7 +91,7 @@ def swap_loss(model: nn.Module) -> bool:
             # Hugging Face's shift: position t predicts label t+1; the last predicts nothing.
             shift_labels = nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
         reduction = "sum" if items is not None else "mean"
-        loss = kernels.fused_linear_cross_entropy(
+        loss = gputune_kernels.fused_linear_cross_entropy(
             hidden, head.weight, shift_labels.to(hidden.device), ignore_index=IGNORE_INDEX,
             reduction=reduction, bias=head.bias,
         )

@@ -1,11 +1,16 @@
 """The AdamW update: which implementation steps it, and where and in what its state is kept.
 
-The user's optimizer is rebuilt with the same parameter groups and hyper-parameters (lr,
-betas, eps, weight_decay, and any keys of the user's own); only the implementation changes:
+The rule for the user's optimizer: a choice that only changes how torch's AdamW steps (plain,
+foreach, fused) is made on the optimizer the user passed, in place (its param groups and
+defaults get the new flags), so an LR scheduler made before `apply` keeps driving the optimizer
+that steps. A choice that needs another optimizer class replaces it, keeping the user's
+parameter groups and hyper-parameters (lr, betas, eps, weight_decay, and any keys of the user's
+own): then `TunedRun.optimizer` is new, `report["optimizer"]["replaced"]` is True, and a
+scheduler must be made after `apply`, on `tuned.optimizer`.
 
 | weights | optimizer_state | optimizer that steps                                          |
 |---------|-----------------|---------------------------------------------------------------|
-| fp32    | fp32            | the user's torch AdamW/Adam, `optimizer` = plain/foreach/fused |
+| fp32    | fp32            | the user's torch AdamW/Adam, in place, `optimizer` = plain/foreach/fused |
 | fp32    | bf16            | torchao AdamW with bf16 moments                               |
 | any     | 8bit            | torchao AdamW8bit (blockwise 8-bit moments)                   |
 | fp32    | offload         | torchao CPUOffloadOptimizer around torch's AdamW (`optimizer`'s flags) |
@@ -15,15 +20,13 @@ betas, eps, weight_decay, and any keys of the user's own); only the implementati
 With bf16 weights every torchao optimizer rounds the update stochastically
 (`bf16_stochastic_round=True`), so updates far below a bf16 ulp still move the weights on average.
 torchao's optimizers compile their per-parameter step (one compilation per parameter shape,
-on the first step) and hold `lr` as a tensor: torch's LR schedulers update it in place, but a
-scheduler must be built on the optimizer `apply` hands back. `optimizer` (plain, foreach,
-fused) chooses among torch's AdamW implementations and so applies only where torch's AdamW
-steps; the report says which optimizer steps and whether `optimizer` applied.
+on the first step) and hold `lr` as a tensor: torch's LR schedulers update it in place.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 
@@ -113,15 +116,39 @@ def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimiz
     return new, report
 
 
+def set_implementation(optimizer: torch.optim.Optimizer, flags: dict) -> None:
+    """Give `optimizer` the implementation `flags` in place, before its first step.
+
+    A throwaway optimizer of the same class is built from the same groups first, so the
+    constructor's own checks (fused needs floating-point parameters on a supported device, not
+    differentiable) refuse what it would refuse."""
+    groups = [{**group, **flags} for group in optimizer.param_groups]
+    accepted = inspect.signature(type(optimizer)).parameters
+    settings = {k: v for k, v in {**optimizer.defaults, **flags}.items() if k in accepted and k != "params"}
+    probe = type(optimizer)(groups, **settings)
+    for group in optimizer.param_groups:
+        group.update(flags)
+    optimizer.defaults.update(flags)
+    # GradScaler hands a fused optimizer its scale instead of unscaling the gradients first.
+    optimizer._step_supports_amp_scaling = getattr(probe, "_step_supports_amp_scaling", False)
+
+
+def has_lr_scheduler(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether an LR scheduler was made on `optimizer` (schedulers wrap its `step`); a strategy
+    that replaces the optimizer can say the scheduler would keep driving the old one."""
+    return hasattr(optimizer.step, "_wrapped_by_lr_sched")
+
+
 def apply(run, config) -> None:
     optimizer = run.optimizer
     if optimizer is None:
-        run.report["optimizer"] = {"rebuilt": False, "reason": "no optimizer given"}
+        run.report["optimizer"] = {"changed": False, "replaced": False, "reason": "no optimizer given"}
         return
     default = config.optimizer_state == "fp32" and config.weights == "fp32"
     if default and not isinstance(optimizer, _SUPPORTED):
         run.report["optimizer"] = {
-            "rebuilt": False,
+            "changed": False,
+            "replaced": False,
             "reason": f"{type(optimizer).__name__} has no foreach/fused choice; left as is",
         }
         return
@@ -132,8 +159,19 @@ def apply(run, config) -> None:
     if config.optimizer_state == "offload" and run.device_type != "cuda":
         raise ConfigError(f"optimizer_state = offload needs a CUDA GPU (torchao's CPU offload); "
                           f"device = {run.device_type}")
+    if default:
+        flags = implementation_flags(config.optimizer)
+        set_implementation(optimizer, flags)
+        run.report["optimizer"] = {"changed": True, "replaced": False,
+                                   "type": type(optimizer).__name__, "state": "fp32",
+                                   "implementation_applied": True, **flags}
+        return
     run.optimizer, report = build(optimizer, config)
-    run.report["optimizer"] = {"rebuilt": True, **report}
+    run.report["optimizer"] = {"changed": True, "replaced": True, **report}
+    if has_lr_scheduler(optimizer):
+        run.report["optimizer"]["warning"] = (
+            "an LR scheduler was made on the optimizer passed to apply, which this choice "
+            "replaces: make it again on tuned.optimizer")
 
 
 def clip_gradients(optimizer, parameters, max_norm: float) -> None:

@@ -7,8 +7,16 @@ Tests marked `gpu` are skipped where CUDA is absent.
 """
 
 import os
+from pathlib import Path
 
 import torch
+
+# Subprocesses of the tests (the CLI, its workers) import this checkout as pytest does, with
+# pythonpath/ giving kernels/ its installed name, gputune_kernels, where gputune is not installed.
+_ROOT = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_ROOT), str(_ROOT / "pythonpath")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

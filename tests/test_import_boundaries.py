@@ -32,7 +32,7 @@ def test_imports_no_torch(statement):
     [
         "import strategies.compose, strategies.fused_kernels, strategies.checkpointing",
         "import tuner_tui.engine.worker, tuner_tui.engine.trial, tuner_tui.engine.bench",
-        "import kernels",
+        "import gputune_kernels",
     ],
 )
 def test_engine_imports_no_textual(statement):

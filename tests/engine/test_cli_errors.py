@@ -98,7 +98,7 @@ def test_sigterm_during_bench_leaves_no_worker_behind(tmp_path):
 
     ROOT = Path(__file__).resolve().parents[2]
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "pythonpath")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
          "gpt2-tiny", "--steps", "500", "--warmup", "1"],

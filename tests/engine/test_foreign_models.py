@@ -51,9 +51,9 @@ def test_every_n_and_selective_checkpointing_on_hugging_face_llama():
 @pytest.fixture
 def interpreted_kernels(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    import kernels
+    import gputune_kernels
 
-    if not kernels.available()[0]:
+    if not gputune_kernels.available()[0]:
         pytest.skip("Triton kernels cannot run here")
 
 

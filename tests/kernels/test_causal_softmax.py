@@ -4,10 +4,10 @@ import sys
 import pytest
 import torch
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
-softmax_module = sys.modules["kernels.softmax"]
+softmax_module = sys.modules["gputune_kernels.softmax"]
 
 SHAPES = [(2, 3, 17, 17), (1, 1, 123, 123), (5, 5)]
 
@@ -20,7 +20,7 @@ def _reference(scores, scale):
 
 def _check(scores, dtype, scale):
     s = leaf(scores)
-    y = kernels.causal_softmax(s, scale)
+    y = gputune_kernels.causal_softmax(s, scale)
     dy = torch.randn_like(y)
     y.backward(dy)
     sr = ref_leaf(s)
@@ -49,7 +49,7 @@ def test_causal_softmax_non_contiguous_scores_and_expanded_grad(poisoned):
     q = torch.randn(2, 19, 8, device=DEVICE)
     scores = (q @ q.transpose(-2, -1)).transpose(-2, -1)  # not contiguous
     s = leaf(scores)
-    kernels.causal_softmax(s, 0.5).sum().backward()  # dy has stride 0
+    gputune_kernels.causal_softmax(s, 0.5).sum().backward()  # dy has stride 0
     sr = ref_leaf(scores)
     _reference(sr, 0.5).sum().backward()
     assert_close(s.grad, sr.grad, torch.float32, "causal_softmax grad of sum")
@@ -57,16 +57,16 @@ def test_causal_softmax_non_contiguous_scores_and_expanded_grad(poisoned):
 
 def test_causal_softmax_rejects_bad_inputs(monkeypatch):
     with pytest.raises(ValueError, match=r"\(\.\.\., T, T\)"):
-        kernels.causal_softmax(torch.randn(2, 3, 4, device=DEVICE), 1.0)
+        gputune_kernels.causal_softmax(torch.randn(2, 3, 4, device=DEVICE), 1.0)
     with pytest.raises(ValueError, match=r"\(\.\.\., T, T\)"):
-        kernels.causal_softmax(torch.randn(4, device=DEVICE), 1.0)
+        gputune_kernels.causal_softmax(torch.randn(4, device=DEVICE), 1.0)
     with pytest.raises(TypeError, match="scale must be a Python float"):
-        kernels.causal_softmax(torch.randn(4, 4, device=DEVICE), torch.tensor(1.0))
+        gputune_kernels.causal_softmax(torch.randn(4, 4, device=DEVICE), torch.tensor(1.0))
     with pytest.raises(TypeError, match="scores must have dtype"):
-        kernels.causal_softmax(torch.ones(4, 4, device=DEVICE, dtype=torch.int32), 1.0)
+        gputune_kernels.causal_softmax(torch.ones(4, 4, device=DEVICE, dtype=torch.int32), 1.0)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="scores must be a CUDA tensor"):
-        kernels.causal_softmax(torch.randn(4, 4), 1.0)
+        gputune_kernels.causal_softmax(torch.randn(4, 4), 1.0)
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch._functorch.config
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE
 
 
@@ -26,14 +26,14 @@ class TinyModel(torch.nn.Module):
         self.head = torch.nn.Parameter(torch.randn(vocab, dim) / math.sqrt(dim))
 
     def forward(self, x, target):
-        h = kernels.layer_norm(x, self.ln_w, self.ln_b)
-        att = kernels.causal_softmax(h @ h.transpose(-2, -1), 1 / math.sqrt(h.shape[-1]))
-        h = kernels.rms_norm(h + att @ h, self.rms_w)
+        h = gputune_kernels.layer_norm(x, self.ln_w, self.ln_b)
+        att = gputune_kernels.causal_softmax(h @ h.transpose(-2, -1), 1 / math.sqrt(h.shape[-1]))
+        h = gputune_kernels.rms_norm(h + att @ h, self.rms_w)
         a, b = self.up(h).chunk(2, dim=-1)
-        h = h + (kernels.swiglu(a, b) + kernels.gelu_tanh(a))[..., : h.shape[-1]]
-        h = kernels.softmax(h) * h
+        h = h + (gputune_kernels.swiglu(a, b) + gputune_kernels.gelu_tanh(a))[..., : h.shape[-1]]
+        h = gputune_kernels.softmax(h) * h
         flat = h.flatten(0, 1)
-        return kernels.cross_entropy(flat @ self.head.T, target) + kernels.fused_linear_cross_entropy(
+        return gputune_kernels.cross_entropy(flat @ self.head.T, target) + gputune_kernels.fused_linear_cross_entropy(
             flat, self.head, target
         )
 

@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 import torch
 import torch.nn.functional as F
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 # (3, 20000): a row longer than one block (8192), walked in three blocks.
@@ -19,7 +19,7 @@ def _targets(rows, vocab, dtype=torch.int64, ignore_index=-100):
 
 def _check(logits, target, dtype, reduction, ignore_index=-100, sum_grad=False):
     x = leaf(logits)
-    loss = kernels.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction)
+    loss = gputune_kernels.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction)
     assert loss.dtype == torch.float32
     g = None if sum_grad else torch.randn_like(loss)
     loss.sum().backward() if sum_grad else loss.backward(g)
@@ -56,7 +56,7 @@ def test_cross_entropy_non_contiguous_logits_and_expanded_grad(poisoned):
 
 def test_cross_entropy_all_ignored_mean_is_nan_like_torch():
     x = leaf(torch.randn(4, 9, device=DEVICE))
-    loss = kernels.cross_entropy(x, torch.full((4,), -100, device=DEVICE))
+    loss = gputune_kernels.cross_entropy(x, torch.full((4,), -100, device=DEVICE))
     assert torch.isnan(loss)
     assert torch.isnan(F.cross_entropy(x.detach(), torch.full((4,), -100, device=DEVICE)))
 
@@ -65,16 +65,16 @@ def test_cross_entropy_rejects_bad_inputs(monkeypatch):
     x = torch.randn(4, 9, device=DEVICE)
     t = torch.randint(0, 9, (4,), device=DEVICE)
     with pytest.raises(TypeError, match="target must have dtype int64 or int32"):
-        kernels.cross_entropy(x, t.float())
+        gputune_kernels.cross_entropy(x, t.float())
     with pytest.raises(ValueError, match=r"one class index per row \(4\)"):
-        kernels.cross_entropy(x, t[:3])
+        gputune_kernels.cross_entropy(x, t[:3])
     with pytest.raises(ValueError, match="reduction must be"):
-        kernels.cross_entropy(x, t, reduction="avg")
+        gputune_kernels.cross_entropy(x, t, reduction="avg")
     with pytest.raises(TypeError, match="logits must have dtype"):
-        kernels.cross_entropy(x.double(), t)
+        gputune_kernels.cross_entropy(x.double(), t)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="logits must be a CUDA tensor"):
-        kernels.cross_entropy(torch.randn(4, 9), torch.zeros(4, dtype=torch.int64))
+        gputune_kernels.cross_entropy(torch.randn(4, 9), torch.zeros(4, dtype=torch.int64))
 
 
 @pytest.mark.gpu
@@ -94,6 +94,6 @@ def test_cross_entropy_any_small_shape_matches_torch(rows, vocab, ignored):
     target[: min(ignored, rows - 1)] = -100  # keep one row that counts
     for reduction in ("mean", "none"):
         torch.testing.assert_close(
-            kernels.cross_entropy(logits, target, reduction=reduction),
+            gputune_kernels.cross_entropy(logits, target, reduction=reduction),
             F.cross_entropy(logits, target, reduction=reduction), atol=1e-5, rtol=1e-5,
         )

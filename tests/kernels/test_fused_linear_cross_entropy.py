@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 
@@ -18,7 +18,7 @@ def _inputs(n, h, v, dtype, with_bias, device=DEVICE):
 def _check(hidden, weight, bias, target, dtype, reduction, chunk_rows=None, scale=1.0):
     h, w = leaf(hidden), leaf(weight)
     b = leaf(bias) if bias is not None else None
-    loss = kernels.fused_linear_cross_entropy(h, w, target, reduction=reduction, bias=b, chunk_rows=chunk_rows)
+    loss = gputune_kernels.fused_linear_cross_entropy(h, w, target, reduction=reduction, bias=b, chunk_rows=chunk_rows)
     assert loss.dtype == torch.float32
     g = torch.rand_like(loss) + 0.5
     loss.backward(g)
@@ -47,7 +47,7 @@ def test_fused_linear_cross_entropy_matches_float64_reference(dtype, reduction, 
 def test_fused_linear_cross_entropy_leading_dims(poisoned):
     hidden, weight, _, target = _inputs(12, 16, 50, torch.float32, False)
     h = leaf(hidden.view(3, 4, 16))
-    loss = kernels.fused_linear_cross_entropy(h, weight, target.view(3, 4), reduction="none")
+    loss = gputune_kernels.fused_linear_cross_entropy(h, weight, target.view(3, 4), reduction="none")
     assert loss.shape == (3, 4)
     ref = F.cross_entropy(hidden.double() @ weight.double().T, target, reduction="none").view(3, 4)
     assert_close(loss, ref, torch.float32, "fused_linear_cross_entropy 3-D loss")
@@ -58,7 +58,7 @@ def test_fused_linear_cross_entropy_leading_dims(poisoned):
 def test_fused_linear_cross_entropy_no_grad_computes_loss_only(poisoned):
     hidden, weight, _, target = _inputs(37, 27, 781, torch.float32, False)
     with torch.no_grad():
-        loss = kernels.fused_linear_cross_entropy(hidden, weight, target)
+        loss = gputune_kernels.fused_linear_cross_entropy(hidden, weight, target)
     ref = F.cross_entropy(hidden.double() @ weight.double().T, target)
     assert_close(loss, ref, torch.float32, "fused_linear_cross_entropy no-grad loss")
 
@@ -67,7 +67,7 @@ def test_fused_linear_cross_entropy_under_autocast_casts_like_linear(poisoned):
     hidden, weight, _, target = _inputs(37, 27, 781, torch.float32, False)
     h, w = leaf(hidden), leaf(weight)
     with torch.autocast(DEVICE, dtype=torch.bfloat16):
-        loss = kernels.fused_linear_cross_entropy(h, w, target)
+        loss = gputune_kernels.fused_linear_cross_entropy(h, w, target)
     assert loss.dtype == torch.float32
     loss.backward()
     assert h.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
@@ -78,17 +78,17 @@ def test_fused_linear_cross_entropy_under_autocast_casts_like_linear(poisoned):
 def test_fused_linear_cross_entropy_rejects_bad_inputs():
     hidden, weight, bias, target = _inputs(6, 8, 11, torch.float32, True)
     with pytest.raises(ValueError, match="same H"):
-        kernels.fused_linear_cross_entropy(hidden, weight[:, :7], target)
+        gputune_kernels.fused_linear_cross_entropy(hidden, weight[:, :7], target)
     with pytest.raises(ValueError, match=r"bias must have shape \(11,\)"):
-        kernels.fused_linear_cross_entropy(hidden, weight, target, bias=bias[:5])
+        gputune_kernels.fused_linear_cross_entropy(hidden, weight, target, bias=bias[:5])
     with pytest.raises(TypeError, match="share one dtype"):
-        kernels.fused_linear_cross_entropy(hidden.bfloat16(), weight, target)
+        gputune_kernels.fused_linear_cross_entropy(hidden.bfloat16(), weight, target)
     with pytest.raises(ValueError, match=r"one class index per row \(6\)"):
-        kernels.fused_linear_cross_entropy(hidden, weight, target[:2])
+        gputune_kernels.fused_linear_cross_entropy(hidden, weight, target[:2])
     with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
-        kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=0)
+        gputune_kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=0)
     with pytest.raises(ValueError, match="reduction must be"):
-        kernels.fused_linear_cross_entropy(hidden, weight, target, reduction="max")
+        gputune_kernels.fused_linear_cross_entropy(hidden, weight, target, reduction="max")
 
 
 @pytest.mark.gpu
@@ -102,12 +102,12 @@ def test_fused_linear_cross_entropy_real_sizes_gpu(reduction, poisoned):
 def test_fused_linear_cross_entropy_with_no_rows_gives_zero_grads():
     hidden, weight, _, target = _inputs(0, 8, 11, torch.float32, False)
     h, w = leaf(hidden), leaf(weight)
-    kernels.fused_linear_cross_entropy(h, w, target, reduction="sum").backward()
+    gputune_kernels.fused_linear_cross_entropy(h, w, target, reduction="sum").backward()
     assert torch.equal(w.grad, torch.zeros_like(weight)) and h.grad.shape == (0, 8)
 
 
 def test_chunk_rows_policy_and_its_environment_override(monkeypatch):
-    from kernels.fused_linear_cross_entropy import default_chunk_rows
+    from gputune_kernels.fused_linear_cross_entropy import default_chunk_rows
 
     monkeypatch.delenv("GPUTUNE_LCE_CHUNK_ROWS", raising=False)
     # 1 GiB of bf16 logits at a 128256 vocabulary: 4186 rows, rounded down to 4096.

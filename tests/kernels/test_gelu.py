@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (3, 4099)]
@@ -10,7 +10,7 @@ SHAPES = [(5, 123), (37, 781), (3, 4099)]
 
 def _check(x, dtype, sum_grad=False):
     x = leaf(x)
-    y = kernels.gelu_tanh(x)
+    y = gputune_kernels.gelu_tanh(x)
     if sum_grad:
         y.sum().backward()
     else:
@@ -41,12 +41,12 @@ def test_gelu_tanh_non_contiguous_input_and_expanded_grad(poisoned):
 
 def test_gelu_tanh_rejects_bad_inputs(monkeypatch):
     with pytest.raises(TypeError, match="x must have dtype"):
-        kernels.gelu_tanh(torch.arange(3, device=DEVICE))
+        gputune_kernels.gelu_tanh(torch.arange(3, device=DEVICE))
     with pytest.raises(TypeError, match="torch.Tensor"):
-        kernels.gelu_tanh(3.0)
+        gputune_kernels.gelu_tanh(3.0)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="x must be a CUDA tensor"):
-        kernels.gelu_tanh(torch.randn(3))
+        gputune_kernels.gelu_tanh(torch.randn(3))
 
 
 @pytest.mark.gpu

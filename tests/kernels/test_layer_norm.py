@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
@@ -11,7 +11,7 @@ SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
 def _check(x, w, b, dtype, eps=1e-5, sum_grad=False):
     x, w = leaf(x), leaf(w)
     b = leaf(b) if b is not None else None
-    y = kernels.layer_norm(x, w, b, eps)
+    y = gputune_kernels.layer_norm(x, w, b, eps)
     if sum_grad:
         y.sum().backward()  # dy has stride 0
     else:
@@ -55,18 +55,18 @@ def test_layer_norm_rejects_bad_inputs(monkeypatch):
     x = torch.randn(4, 8, device=DEVICE)
     w = torch.randn(8, device=DEVICE)
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
-        kernels.layer_norm(x, torch.randn(7, device=DEVICE))
+        gputune_kernels.layer_norm(x, torch.randn(7, device=DEVICE))
     with pytest.raises(ValueError, match=r"bias must have shape \(8,\)"):
-        kernels.layer_norm(x, w, torch.randn(8, 1, device=DEVICE))
+        gputune_kernels.layer_norm(x, w, torch.randn(8, 1, device=DEVICE))
     with pytest.raises(TypeError, match="x must have dtype"):
-        kernels.layer_norm(x.double(), w)
+        gputune_kernels.layer_norm(x.double(), w)
     with pytest.raises(TypeError, match="weight must have dtype"):
-        kernels.layer_norm(x, w.to(torch.int64))
+        gputune_kernels.layer_norm(x, w.to(torch.int64))
     with pytest.raises(ValueError, match="at most 65536"):
-        kernels.layer_norm(torch.randn(1, 65537, device=DEVICE), torch.randn(65537, device=DEVICE))
+        gputune_kernels.layer_norm(torch.randn(1, 65537, device=DEVICE), torch.randn(65537, device=DEVICE))
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="x must be a CUDA tensor"):
-        kernels.layer_norm(torch.randn(4, 8), torch.randn(8))
+        gputune_kernels.layer_norm(torch.randn(4, 8), torch.randn(8))
 
 
 @pytest.mark.gpu
@@ -81,7 +81,7 @@ def test_layer_norm_real_sizes_gpu(shape, dtype, poisoned):
 def test_layer_norm_with_no_rows_gives_zero_weight_grads():
     x = leaf(torch.randn(0, 8, device=DEVICE))
     w, b = leaf(torch.randn(8, device=DEVICE)), leaf(torch.randn(8, device=DEVICE))
-    y = kernels.layer_norm(x, w, b)
+    y = gputune_kernels.layer_norm(x, w, b)
     assert y.shape == (0, 8)
     y.sum().backward()
     assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and torch.equal(b.grad, torch.zeros(8, device=DEVICE))
@@ -89,7 +89,7 @@ def test_layer_norm_with_no_rows_gives_zero_weight_grads():
 
 def test_layer_norm_without_weight_matches_torch(poisoned):
     x = leaf(torch.randn(5, 123, device=DEVICE))
-    y = kernels.layer_norm(x, None)
+    y = gputune_kernels.layer_norm(x, None)
     torch.testing.assert_close(y, F.layer_norm(x.detach(), (123,)), atol=1e-5, rtol=1e-4)
     y.sum().backward()
     assert x.grad.shape == x.shape

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
@@ -13,7 +13,7 @@ def _reference(x, w, eps):
 
 def _check(x, w, dtype, eps=1e-6, sum_grad=False):
     x, w = leaf(x), leaf(w)
-    y = kernels.rms_norm(x, w, eps)
+    y = gputune_kernels.rms_norm(x, w, eps)
     if sum_grad:
         y.sum().backward()  # dy has stride 0
     else:
@@ -46,14 +46,14 @@ def test_rms_norm_non_contiguous_input_and_expanded_grad(poisoned):
 def test_rms_norm_rejects_bad_inputs(monkeypatch):
     x = torch.randn(4, 8, device=DEVICE)
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
-        kernels.rms_norm(x, torch.randn(2, 4, device=DEVICE))
+        gputune_kernels.rms_norm(x, torch.randn(2, 4, device=DEVICE))
     with pytest.raises(TypeError, match="x must have dtype"):
-        kernels.rms_norm(x.to(torch.int32), torch.randn(8, device=DEVICE))
+        gputune_kernels.rms_norm(x.to(torch.int32), torch.randn(8, device=DEVICE))
     with pytest.raises(ValueError, match="at least one dim"):
-        kernels.rms_norm(torch.tensor(2.0, device=DEVICE), torch.randn(1, device=DEVICE))
+        gputune_kernels.rms_norm(torch.tensor(2.0, device=DEVICE), torch.randn(1, device=DEVICE))
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="x must be a CUDA tensor"):
-        kernels.rms_norm(torch.randn(4, 8), torch.randn(8))
+        gputune_kernels.rms_norm(torch.randn(4, 8), torch.randn(8))
 
 
 @pytest.mark.gpu
@@ -65,11 +65,11 @@ def test_rms_norm_real_sizes_gpu(shape, dtype, poisoned):
 
 def test_rms_norm_with_no_rows_gives_zero_weight_grad():
     x, w = leaf(torch.randn(2, 0, 8, device=DEVICE)), leaf(torch.randn(8, device=DEVICE))
-    kernels.rms_norm(x, w).sum().backward()
+    gputune_kernels.rms_norm(x, w).sum().backward()
     assert torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (2, 0, 8)
 
 
 def test_rms_norm_without_weight_matches_reference(poisoned):
     x = torch.randn(5, 123, device=DEVICE)
-    y = kernels.rms_norm(x, None, 1e-6)
+    y = gputune_kernels.rms_norm(x, None, 1e-6)
     torch.testing.assert_close(y.double(), _reference(x.double(), 1.0, 1e-6), atol=1e-5, rtol=1e-4)

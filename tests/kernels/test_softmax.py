@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
-softmax_module = sys.modules["kernels.softmax"]
+softmax_module = sys.modules["gputune_kernels.softmax"]
 
 # (37, 781): odd; (3, 20000): longer than one block (looped online softmax); 3-D rows.
 SHAPES = [(5, 123), (37, 781), (3, 20000), (2, 3, 17)]
@@ -17,7 +17,7 @@ SHAPES = [(5, 123), (37, 781), (3, 20000), (2, 3, 17)]
 
 def _check(x, dtype, dim=-1, grad=None):
     x = leaf(x)
-    y = kernels.softmax(x, dim=dim)
+    y = gputune_kernels.softmax(x, dim=dim)
     dy = torch.randn_like(y) if grad is None else grad
     y.backward(dy)
     xr = ref_leaf(x)
@@ -49,7 +49,7 @@ def test_softmax_other_dim_and_non_contiguous_input(poisoned):
 
 def test_softmax_grad_from_sum_arrives_expanded(poisoned):
     x = leaf(torch.randn(5, 123, device=DEVICE))
-    kernels.softmax(x).sum().backward()  # dy has stride 0
+    gputune_kernels.softmax(x).sum().backward()  # dy has stride 0
     xr = ref_leaf(x)
     torch.softmax(xr, -1).sum().backward()
     assert_close(x.grad, xr.grad, torch.float32, "softmax grad of sum")
@@ -57,18 +57,18 @@ def test_softmax_grad_from_sum_arrives_expanded(poisoned):
 
 def test_softmax_rejects_bad_inputs(monkeypatch):
     with pytest.raises(TypeError, match="x must have dtype"):
-        kernels.softmax(torch.arange(6, device=DEVICE).view(2, 3))
+        gputune_kernels.softmax(torch.arange(6, device=DEVICE).view(2, 3))
     with pytest.raises(TypeError, match="x must have dtype"):
-        kernels.softmax(torch.randn(2, 3, device=DEVICE, dtype=torch.float64))
+        gputune_kernels.softmax(torch.randn(2, 3, device=DEVICE, dtype=torch.float64))
     with pytest.raises(ValueError, match="dim must be in"):
-        kernels.softmax(torch.randn(2, 3, device=DEVICE), dim=2)
+        gputune_kernels.softmax(torch.randn(2, 3, device=DEVICE), dim=2)
     with pytest.raises(ValueError, match="at least one dim"):
-        kernels.softmax(torch.tensor(1.0, device=DEVICE))
+        gputune_kernels.softmax(torch.tensor(1.0, device=DEVICE))
     with pytest.raises(TypeError, match="torch.Tensor"):
-        kernels.softmax([1.0, 2.0])
+        gputune_kernels.softmax([1.0, 2.0])
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="x must be a CUDA tensor"):
-        kernels.softmax(torch.randn(2, 3))
+        gputune_kernels.softmax(torch.randn(2, 3))
 
 
 @pytest.mark.gpu
@@ -82,7 +82,7 @@ def test_softmax_under_vmap_goes_through_the_custom_op():
     x = torch.randn(3, 4, 17, device=DEVICE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no batching rule: torch loops over the batch, and says so
-        got = torch.func.vmap(kernels.softmax)(x)
+        got = torch.func.vmap(gputune_kernels.softmax)(x)
     torch.testing.assert_close(got, torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
 
 
@@ -90,4 +90,4 @@ def test_softmax_under_vmap_goes_through_the_custom_op():
 @settings(max_examples=15, deadline=None)
 def test_softmax_any_small_shape_matches_torch(rows, cols, scale):
     x = torch.randn(rows, cols, device=DEVICE) * scale
-    torch.testing.assert_close(kernels.softmax(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(gputune_kernels.softmax(x), torch.softmax(x, -1), atol=1e-6, rtol=1e-5)

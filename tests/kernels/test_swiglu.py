@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernels
+import gputune_kernels
 from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (3, 4099)]
@@ -10,7 +10,7 @@ SHAPES = [(5, 123), (37, 781), (3, 4099)]
 
 def _check(a, b, dtype, sum_grad=False):
     a, b = leaf(a), leaf(b)
-    y = kernels.swiglu(a, b)
+    y = gputune_kernels.swiglu(a, b)
     if sum_grad:
         y.sum().backward()
     else:
@@ -40,14 +40,14 @@ def test_swiglu_non_contiguous_inputs_and_expanded_grad(poisoned):
 def test_swiglu_rejects_bad_inputs(monkeypatch):
     a = torch.randn(4, 8, device=DEVICE)
     with pytest.raises(ValueError, match="same shape"):
-        kernels.swiglu(a, torch.randn(4, 7, device=DEVICE))
+        gputune_kernels.swiglu(a, torch.randn(4, 7, device=DEVICE))
     with pytest.raises(TypeError, match="same dtype"):
-        kernels.swiglu(a, a.to(torch.bfloat16))
+        gputune_kernels.swiglu(a, a.to(torch.bfloat16))
     with pytest.raises(TypeError, match="b must have dtype"):
-        kernels.swiglu(a, a.to(torch.int64))
+        gputune_kernels.swiglu(a, a.to(torch.int64))
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="a must be a CUDA tensor"):
-        kernels.swiglu(torch.randn(2), torch.randn(2))
+        gputune_kernels.swiglu(torch.randn(2), torch.randn(2))
 
 
 @pytest.mark.gpu

@@ -19,9 +19,9 @@ LCE = TuneConfig.from_dict({"fused_kernels": ["linear_cross_entropy"]})
 
 @pytest.fixture(autouse=True)
 def _kernels_run_here():
-    import kernels
+    import gputune_kernels
 
-    if not kernels.available()[0]:
+    if not gputune_kernels.available()[0]:
         pytest.skip("Triton kernels cannot run here")
 
 

@@ -1,5 +1,9 @@
 """`GputuneApp`: the dashboard. It speaks to the worker only through protocol messages.
 
+The app composes the widgets and forwards events and keys: `Session` records what the worker
+did, `Controller` decides what it runs next (the apply queue, crash fallback, the search), and
+the app shows both.
+
 The event source is injected (`source_factory`): the real dashboard passes a factory of
 `WorkerClient`s, tests pass fakes that replay recorded events. Telemetry is sampled in a thread of
 this process, so the GPU and host panels keep moving while the worker compiles or is restarted.
@@ -20,13 +24,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
-from strategies.config import ConfigError, ExportedConfig, TuneConfig, save
+from strategies.config import ConfigError, TuneConfig
 from tuner_tui import format as fmt
+from tuner_tui.app.controller import Controller
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
 from tuner_tui.app.screens.history import HistoryScreen
-from tuner_tui.app.search import LiveSearch
 from tuner_tui.app.session import Row, Session
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
@@ -42,8 +46,6 @@ from tuner_tui.engine import protocol
 REFRESH_S = 0.25
 """Live panels redraw four times a second (step events in between collapse into one redraw)."""
 TELEMETRY_S = 0.5
-CRASHES_BEFORE_BASELINE = 2
-"""A configuration that killed the worker this many times is not re-applied after a restart."""
 
 
 class TelemetrySampled(Message):
@@ -101,25 +103,13 @@ class GputuneApp(App[int]):
         self.auto_restart = auto_restart
         self.clock = clock
         self.telemetry_interval = telemetry_interval
-        self.measure_steps = measure_steps
-        """Steps measured after warm-up before a run gets its leaderboard row."""
         self.memory_budget = memory_budget
         """The memory budget the memory panel measures the peak against (--max-memory)."""
         self.sub_title = subtitle
         self.session = Session()
+        self.controller = Controller(self.session, self, start_config, measure_steps=measure_steps)
+        """Decides what the worker runs next; this class composes widgets and forwards to it."""
         self.reader: EventReader | None = None
-        self.baseline_config = TuneConfig()
-        self.last_requested: TuneConfig | None = None
-        """The configuration last sent to the worker (re-applied after a restart)."""
-        self._deferred: TuneConfig | None = None
-        """Asked for before the worker was ready; sent on WorkerReady."""
-        self._queue: list[TuneConfig] = []
-        """Configurations to apply once the current trial is over (the start config after the
-        baseline)."""
-        self._crashes: dict[TuneConfig, int] = {}
-        self.search: LiveSearch | None = None
-        """The automatic search in progress, if any (key t)."""
-        self._ready_once = False
         self._plots_version = -1
         self._telemetry_stop = threading.Event()
         self._quitting = False
@@ -129,7 +119,7 @@ class GputuneApp(App[int]):
         yield Header(show_clock=False, icon="⚡")
         yield RunStatus(id="status")
         with Horizontal(id="main"):
-            yield TogglesPanel(self.start_config or self.baseline_config, id="toggles")
+            yield TogglesPanel(self.start_config or TuneConfig(), id="toggles")
             with Vertical(id="plots"):
                 yield TimeSeriesPlot("tokens/s", fmt.rate, id="plot-throughput", color="green")
                 yield TimeSeriesPlot("step ms", fmt.milliseconds, id="plot-step", color="cyan")
@@ -213,137 +203,46 @@ class GputuneApp(App[int]):
             self._show_selected_row()
 
     def _react(self, event: Any) -> None:
-        """What the app does about an event beyond recording it."""
+        """What the screen shows about an event beyond the session; then the controller acts."""
         if isinstance(event, protocol.WorkerReady):
-            self.toggles.capabilities = self.session.capabilities
             caps = self.session.capabilities
-            where = caps.gpu_name or caps.device
-            self.sub_title = f"{self.session.workload.get('name', '')} · {where}"
-            self._on_worker_ready()
+            self.toggles.capabilities = caps
+            self.sub_title = f"{self.session.workload.get('name', '')} · {caps.gpu_name or caps.device}"
         elif isinstance(event, protocol.RunStarted):
             try:
                 self.toggles.mark_applied(TuneConfig.from_dict(event.config))
             except ConfigError:
                 pass
-        elif isinstance(event, protocol.TrialFinished):
-            result = event.result
-            self.notify(
-                f"{result.label}: {fmt.rate(result.tokens_per_s)} {self.session.item_name}/s, "
-                f"{fmt.milliseconds(result.step_ms)} ms/step",
-                title="measured",
-                timeout=4,
-            )
-            self._after_trial()
-        elif isinstance(event, protocol.RunFailed):
-            self.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
-            self._after_trial()
-        elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
-            self.notify(event.text, severity="warning" if event.level == "warning" else "error")
+        self.controller.on_event(event)
 
-    def _on_worker_ready(self) -> None:
-        if not self._ready_once:
-            self._ready_once = True
-            first = [self.baseline_config]
-            if self.start_config is not None and self.start_config != self.baseline_config:
-                first.append(self.start_config)
-            self._queue = first[1:]
-            self.apply_config(first[0])
-            return
-        if self._deferred is not None:
-            config, self._deferred = self._deferred, None
-            self.apply_config(config)
-            return
-        if self.search is not None:
-            # The candidate that killed the worker has its crash row: the search moves on.
-            self._search_step()
-            return
-        config = self.last_requested or self.baseline_config
-        if self._crashes.get(config, 0) >= CRASHES_BEFORE_BASELINE:
-            self.notify(
-                f"{config.label()} killed the worker {self._crashes[config]} times; "
-                "applying the baseline instead",
-                severity="warning",
-            )
-            config = self.baseline_config
-        self.apply_config(config)
+    # -- what the controller asks of the screen (`Controls`) ---------------------------------------
+    def send(self, command: Any) -> bool:
+        return self.reader is not None and self.reader.send(command)
 
-    def _after_trial(self) -> None:
-        if self.search is not None:
-            self._search_step()
-        else:
-            self._next_in_queue()
+    def show_config(self, config: TuneConfig) -> None:
+        self.toggles.set_config(config, applied=False)
 
-    # -- automatic search ------------------------------------------------------------------------
-    def action_search(self) -> None:
-        """Start the search (the engine's staged search, trial by trial on this worker), or stop
-        it. Rows measured so far count as trials already done."""
-        if self.search is not None:
-            self._stop_search("stopped")
-            return
-        caps = self.session.capabilities
-        if caps is None:
-            self.notify("The worker is not ready yet.", severity="warning")
-            return
-        default_batch = int(self.session.workload.get("default_batch_size") or self.session.batch_size or 1)
-        try:
-            self.search = LiveSearch(caps, default_batch)
-        except (ConfigError, ImportError) as exc:
-            self.notify(str(exc), title="cannot search", severity="error")
-            return
-        self._queue.clear()
-        self.notify(
-            f"search started: {self.search.space.describe()} (t stops it)", title="search", timeout=8
-        )
-        if self.session.current_result() is not None or self.session.worker_state in ("idle", "ready"):
-            self._search_step()
-
-    def _search_step(self) -> None:
-        search = self.search
-        assert search is not None
-        while True:
-            config = search.propose([r.result for r in self.session.rows])
-            if config is None:
-                self._finish_search()
-                return
-            self.session.search_note = f"search {len(search.tried)}/~{search.planned}: {search.current}"
-            self.toggles.set_config(config, applied=False)
-            if self.apply_config(config):
-                return
-
-    def _finish_search(self) -> None:
-        search, self.search = self.search, None
-        self.session.search_note = ""
-        if search is None or search.best is None:
-            self.notify("search over: no configuration ran", title="search", severity="warning")
-            return
-        base = self.session.baseline
-        factor = (
-            f" ({fmt.speedup(search.best_tokens / base.result.tokens_per_s)} baseline)"
-            if base and base.result.tokens_per_s else ""
-        )
-        self.notify(
-            f"best: {search.best.label()} at {fmt.rate(search.best_tokens)} {self.session.item_name}/s{factor}; "
-            "applied. e exports it.",
-            title="search over",
-            timeout=15,
-        )
+    def show_search_result(self) -> None:
         self.leaderboard.sort_by("tokens", reverse=True)
-        self.toggles.set_config(search.best, applied=False)
-        if TuneConfig.from_dict(self.session.run_config or {}) != search.best:
-            self.apply_config(search.best)
 
-    def _stop_search(self, why: str) -> None:
-        if self.search is None:
-            return
-        best = self.search.best
-        self.search = None
-        self.session.search_note = ""
-        tail = f"; best so far: {best.label()}" if best is not None else ""
-        self.notify(f"search {why}{tail}", title="search")
+    # -- the controller's state, for scripts and tests ------------------------------------------
+    @property
+    def search(self):
+        """The automatic search in progress, if any (key t)."""
+        return self.controller.search
 
-    def _next_in_queue(self) -> None:
-        if self._queue:
-            self.apply_config(self._queue.pop(0))
+    @property
+    def last_requested(self) -> TuneConfig | None:
+        """The configuration last sent to the worker (re-applied after a restart)."""
+        return self.controller.last_requested
+
+    @last_requested.setter
+    def last_requested(self, config: TuneConfig | None) -> None:
+        self.controller.last_requested = config
+
+    def apply_in_turn(self, configs: Iterable[TuneConfig]) -> None:
+        """Apply `configs` one after another, each once the previous one is measured."""
+        self.controller.apply_in_turn(configs)
 
     def on_worker_started(self, message: WorkerStarted) -> None:
         self.session.worker_started(message.pid)
@@ -351,18 +250,7 @@ class GputuneApp(App[int]):
     def on_worker_exited(self, message: WorkerExited) -> None:
         if self._quitting:
             return
-        if message.reason == "restart requested":
-            self.notify("worker restarted; the last configuration will be re-applied")
-            self.session.worker_died(message.exitcode, crashed=False)
-            return
-        text = self.session.worker_died(message.exitcode)
-        if message.pid is None and message.reason and not self.session.setup_error:
-            text = message.reason
-            self.session.worker_note = text
-        if self.last_requested is not None:
-            self._crashes[self.last_requested] = self._crashes.get(self.last_requested, 0) + 1
-        tail = "; starting a new worker" if message.restarting else (f"; {message.reason}" if message.reason else "")
-        self.notify(text + tail, title="worker died", severity="error", timeout=10)
+        self.controller.worker_exited(message.exitcode, message.pid, message.reason, message.restarting)
         self.leaderboard.show(self.session)
 
     # -- live refresh ----------------------------------------------------------------------------
@@ -410,68 +298,26 @@ class GputuneApp(App[int]):
         self.notify(f"leaderboard sorted by {event.column}, {direction}", timeout=2)
 
     # -- applying --------------------------------------------------------------------------------
-    def apply_config(self, config: TuneConfig) -> bool:
-        """Send `config` to the worker (or keep it until the worker is ready)."""
-        caps = self.session.capabilities
-        if caps is not None:
-            try:
-                config.check_runnable(caps)
-            except ConfigError as exc:
-                self.notify(str(exc), title="cannot apply", severity="error", timeout=8)
-                return False
-        self.last_requested = config
-        sent = caps is not None and self.reader is not None and self.reader.send(
-            protocol.ApplyConfig(config.to_dict(), measure_steps=self.measure_steps)
-        )
-        if sent:
-            self.session.applying(config.to_dict(), config.label())
-        else:
-            self._deferred = config
-            self.notify(f"{config.label()} will be applied when the worker is ready", timeout=3)
-        return True
-
-    def apply_in_turn(self, configs: Iterable[TuneConfig]) -> None:
-        """Apply `configs` one after another, each once the previous one is measured (or
-        failed); the start configuration and scripted sessions use this."""
-        self._queue.extend(configs)
-        measured = self.session.current_result() is not None
-        if self._queue and (measured or self.session.worker_state == "idle"):
-            self._next_in_queue()
-
     @on(TogglesPanel.ApplyRequested)
     def _apply_requested(self, event: TogglesPanel.ApplyRequested) -> None:
         if event.config is None:
             self.notify(event.problem, title="cannot apply", severity="error", timeout=8)
             return
-        self._stop_search("stopped: options applied by hand")
-        self._queue.clear()
-        if self.apply_config(event.config):
+        if self.controller.apply_instead(event.config, "options applied by hand", show=False):
             self.notify(f"applying {event.config.label()}", timeout=3)
 
     def action_apply(self) -> None:
         self.toggles.request_apply()
 
     def action_reapply(self) -> None:
-        row = self._selected_row()
-        if row is None:
-            self.notify("The leaderboard is empty: nothing to re-apply.", severity="warning")
-            return
-        try:
-            config = TuneConfig.from_dict(row.result.config)
-        except ConfigError as exc:
-            self.notify(str(exc), title="cannot re-apply", severity="error")
-            return
-        self.toggles.set_config(config, applied=False)
-        self._stop_search("stopped: a row was re-applied")
-        self._queue.clear()
-        if self.apply_config(config):
-            self.notify(f"re-applying run {row.number}: {config.label()}", timeout=3)
+        self.controller.reapply_row(self._selected_row())
 
     def action_baseline(self) -> None:
-        self._stop_search("stopped: baseline applied")
-        self.toggles.set_config(self.baseline_config, applied=False)
-        self._queue.clear()
-        self.apply_config(self.baseline_config)
+        self.controller.apply_instead(self.controller.baseline_config, "baseline applied")
+
+    def action_search(self) -> None:
+        """Start the automatic search, or stop it."""
+        self.controller.toggle_search()
 
     def action_toggle_pause(self) -> None:
         paused = self.session.worker_state == "paused"
@@ -488,40 +334,18 @@ class GputuneApp(App[int]):
             self.reader.restart_worker()
 
     # -- export ----------------------------------------------------------------------------------
-    def export_target(self) -> tuple[str, ExportedConfig] | None:
-        """What `e` exports: the chosen leaderboard row, else the current configuration."""
-        row = self._selected_row() if self._row_chosen else None
-        environment = dict(self.session.environment)
-        workload = str(self.session.workload.get("name", ""))
-        if row is not None:
-            config = TuneConfig.from_dict(row.result.config)
-            what = f"run {row.number}: {row.result.label} ({row.result.status})"
-            return what, ExportedConfig(config, row.result.measured(), environment, workload)
-        if self.session.run_config:
-            config = TuneConfig.from_dict(self.session.run_config)
-        else:
-            config = self.last_requested or self.toggles.applied
-        result = self.session.current_result()
-        measured = result.measured() if result is not None else {}
-        return f"current configuration: {config.label()}", ExportedConfig(config, measured, environment, workload)
-
     def action_export(self) -> None:
+        """Export the chosen leaderboard row, else the current configuration."""
+        row = self._selected_row() if self._row_chosen else None
         try:
-            target = self.export_target()
+            what, exported = self.controller.export_target(row, self.toggles.applied)
         except ConfigError as exc:
             self.notify(str(exc), title="cannot export", severity="error")
             return
-        what, exported = target
 
         def write(request: ExportRequest | None) -> None:
-            if request is None:
-                return
-            try:
-                path = save(exported, request.path, request.fmt)
-            except ConfigError as exc:
-                self.notify(str(exc), title="export failed", severity="error", timeout=10)
-                return
-            self.notify(f"{exported.config.label()} → {path.resolve()}", title="exported", timeout=8)
+            if request is not None:
+                self.controller.write_export(exported, request.path, request.fmt)
 
         self.push_screen(ExportScreen(what), write)
 
@@ -551,22 +375,8 @@ class GputuneApp(App[int]):
         self.call_from_thread(self._show_history, trials, where, problem)
 
     def _show_history(self, trials: list, where: str, problem: str) -> None:
-        def chosen(config: dict | None) -> None:
-            if config is None:
-                return
-            try:
-                tuned = TuneConfig.from_dict(config)
-            except ConfigError as exc:
-                self.notify(str(exc), title="cannot re-apply", severity="error")
-                return
-            self.toggles.set_config(tuned, applied=False)
-            self._stop_search("stopped: a past configuration was applied")
-            self._queue.clear()
-            if self.apply_config(tuned):
-                self.notify(f"re-applying {tuned.label()} from the history", timeout=3)
-
         if not isinstance(self.screen, HistoryScreen):
-            self.push_screen(HistoryScreen(trials, where, problem), chosen)
+            self.push_screen(HistoryScreen(trials, where, problem), self.controller.reapply_past)
 
     # -- help, palette, quit ---------------------------------------------------------------------
     def action_help(self) -> None:

@@ -1,5 +1,9 @@
 """The progress line of `bench` and `tune`: one status line per trial, rewritten in place on a
-terminal, printed once per state change otherwise (logs, CI)."""
+terminal, printed once per state change otherwise (logs, CI).
+
+Plain text rather than rich's live display: off a terminal rich shows a live display only when
+it stops, and a log wants one line per state change as it happens.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The table that `bench` and `tune` print, and the one-line summary of a trial."""
+"""The table that `bench` and `tune` print, and the one-line summary of a trial.
+
+Rendered with rich as plain text: no colour, no wrapping, an ASCII rule under the header, and
+numbers right-aligned, so it reads the same on a terminal, in a log file and in CI.
+"""
 
 from __future__ import annotations
 
@@ -42,11 +46,7 @@ def format_table(
             loss,
             r.status,
         ])
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    lines = render_columns(headers, rows)
     peaks = sorted({r.mfu_peak_source for r in results if r.mfu_peak_source})
     if peaks:
         lines.append("MFU peaks: " + "; ".join(peaks))
@@ -58,3 +58,26 @@ def _estimate(r: protocol.TrialResult) -> str:
     if total is None:
         return "-"
     return ("" if r.memory_estimate.get("certain", True) else "~") + fmt.gib(total, unit=False)
+
+
+def render_columns(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """`rows` of cells under `headers`, as lines of text. A column whose cells are all numbers
+    (or "-") is right-aligned."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    rule = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
+    table = Table(box=rule, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for i, header in enumerate(headers):
+        cells = [row[i] for row in rows]
+        numeric = bool(cells) and all(c == "-" or c[:1].isdigit() for c in cells)
+        table.add_column(Text(header), justify="right" if numeric else "left", no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # Text: a label's [..] is not rich markup
+    out = io.StringIO()
+    Console(file=out, width=100_000, color_system=None, force_terminal=False, highlight=False).print(table)
+    return [line.rstrip() for line in out.getvalue().splitlines()]
