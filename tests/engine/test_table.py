@@ -18,7 +18,7 @@ def test_numbers_align_right_text_left_and_nothing_wraps():
     lines = text.splitlines()
     header, rule, first, second, failed, peaks = lines
     assert header.split() == ["#", "configuration", "tokens/s", "x", "first", "step", "ms", "MFU", "peak", "GiB",
-                              "compile", "s", "loss", "status"]
+                              "est", "GiB", "compile", "s", "loss", "status"]
     assert set(rule) == {"-"} and len(rule) >= max(len(line) for line in lines[2:5])
     assert long_label.strip() in second  # one line, rich markup left alone
     # Right-aligned: the tokens/s column ends where its header ends.
