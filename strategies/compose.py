@@ -78,7 +78,8 @@ def apply(
 ) -> TunedRun:
     """Apply every strategy of `config` to `model` (in place) and rebuild `optimizer`.
 
-    Order: precision, attention, fused kernels, activation checkpointing, compile, optimizer.
+    Order: precision, attention, fused kernels, activation checkpointing, data parallel
+    (DDP or FSDP2, which need a torch.distributed process group), compile, optimizer.
     `blocks` names the model's repeated blocks for checkpointing and per-block compile; by
     default they are found (the largest list of same-type modules).
     Raises ConfigError when a choice cannot run on the model's device.

@@ -189,13 +189,29 @@ class TuneConfig:
             extra = ",fullgraph" if self.compile_fullgraph else ""
             extra += ",per-block" if self.compile_scope == "block" else ""
             parts.append(f"compile({self.compile_mode}{extra})")
+        if self.parallel != "none":
+            parts.append(self.parallel_label())
         if self.optimizer != "plain":
             parts.append(f"{self.optimizer} AdamW")
         if self.batch_size:
-            parts.append(f"batch {self.batch_size}")
+            per_rank = f" ({self.batch_size // self.devices}/rank)" if self.devices > 1 else ""
+            parts.append(f"batch {self.batch_size}{per_rank}")
         if self.grad_clip != OPTIONS["grad_clip"].default:
             parts.append(f"clip {self.grad_clip:g}")
         return " + ".join(parts)
+
+    def parallel_label(self) -> str:
+        """e.g. 'ddp x2 (bucket 50MB,views)' or 'fsdp2 x2 (no reshard)': the knobs that are not
+        at their defaults, for the mode in use."""
+        knobs = []
+        if self.parallel == "ddp":
+            if self.ddp_bucket_mb != OPTIONS["ddp_bucket_mb"].default:
+                knobs.append(f"bucket {self.ddp_bucket_mb}MB")
+            if self.ddp_gradient_as_bucket_view:
+                knobs.append("views")
+        elif self.parallel == "fsdp2" and not self.fsdp_reshard_after_forward:
+            knobs.append("no reshard")
+        return f"{self.parallel} x{self.devices}" + (f" ({','.join(knobs)})" if knobs else "")
 
     def effective_kernels(self) -> tuple[str, ...]:
         """The fused kernels this configuration swaps in: under torch.compile with the

@@ -4,7 +4,7 @@ This module imports no torch: the dashboard builds its toggles from it, the CLI 
 error messages from it, and the configuration validates against it. Each strategy lives in its
 own module (named by `Strategy.module`) that exposes `apply(run, config)`; the order of
 `STRATEGIES` is the order in which `strategies.apply()` composes them (as torchtitan does:
-precision, kernel swap, activation checkpointing, compile, optimizer).
+precision, kernel swap, activation checkpointing, data parallel wrapping, compile, optimizer).
 
 Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, and add one
 `Strategy(...)` line below.
@@ -167,6 +167,55 @@ STRATEGIES: tuple[Strategy, ...] = (
         ),
     ),
     Strategy(
+        "data_parallel",
+        "strategies.data_parallel",
+        help="Train on several GPUs (on the CPU, processes) through torch.distributed.",
+        options=(
+            Option(
+                "parallel",
+                "choice",
+                "none",
+                "none: one device; ddp: DistributedDataParallel (a full copy per rank, gradients "
+                "all-reduced); fsdp2: fully_shard (parameters, gradients and optimizer state "
+                "sharded across ranks)",
+                choices=("none", "ddp", "fsdp2"),
+                label="Data parallel",
+            ),
+            Option(
+                "devices",
+                "int",
+                1,
+                "GPUs in the group (on the CPU, processes); batch_size is split between them",
+                minimum=1,
+                label="Devices",
+            ),
+            Option(
+                "ddp_bucket_mb",
+                "int",
+                25,
+                "With parallel = ddp: gradients are all-reduced in buckets of this many MB",
+                minimum=1,
+                label="DDP bucket MB",
+            ),
+            Option(
+                "ddp_gradient_as_bucket_view",
+                "bool",
+                False,
+                "With parallel = ddp: gradients are views into the all-reduce buckets (one copy "
+                "less, less memory)",
+                label="DDP grads as bucket views",
+            ),
+            Option(
+                "fsdp_reshard_after_forward",
+                "bool",
+                True,
+                "With parallel = fsdp2: free each block's gathered parameters after its forward "
+                "and gather them again for backward (less memory, more communication)",
+                label="FSDP2 reshard after forward",
+            ),
+        ),
+    ),
+    Strategy(
         "compile",
         "strategies.compile",
         help="torch.compile of the whole model or of each block.",
@@ -243,7 +292,28 @@ def _fullgraph_needs_compile(values: dict) -> str | None:
     return None
 
 
-RULES = (_fullgraph_needs_compile,)
+def _devices_need_parallel(values: dict) -> str | None:
+    # parallel != none with devices = 1 is allowed: a group of one process, which measures what
+    # the wrapper itself costs.
+    if values["devices"] > 1 and values["parallel"] == "none":
+        return (
+            f"devices = {values['devices']} needs parallel = ddp or fsdp2 (parallel = none "
+            "trains on one device)"
+        )
+    return None
+
+
+def _batch_divides_over_devices(values: dict) -> str | None:
+    batch, devices = values["batch_size"], values["devices"]
+    if batch and batch % devices:
+        return (
+            f"batch_size = {batch} is not a multiple of devices = {devices}: each rank trains "
+            "on batch_size / devices sequences"
+        )
+    return None
+
+
+RULES = (_fullgraph_needs_compile, _devices_need_parallel, _batch_divides_over_devices)
 """Checks across options; each returns a message that names both options, or None."""
 
 OPTIONS: dict[str, Option] = {o.key: o for s in STRATEGIES for o in s.options}

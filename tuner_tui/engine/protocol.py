@@ -97,6 +97,9 @@ class StepMeasured:
     memory_allocated_bytes: int
     peak_memory_bytes: int
     wall_time: float
+    rank_step_ms: tuple[float, ...] = ()
+    """In a group (parallel != none): each rank's time for this step, by rank; `step_ms` is the
+    slowest of them."""
 
 
 @dataclass(frozen=True)
@@ -136,10 +139,15 @@ class TrialResult:
     message: str = ""
     strategy_report: dict = field(default_factory=dict)
     """What each strategy did, e.g. {"fused_kernels": {"layer_norm": 25}}."""
+    per_rank: tuple[dict, ...] = ()
+    """In a group (parallel != none), one entry per rank: rank, step_ms (its median),
+    peak_memory_bytes, peak_reserved_bytes. The group's figures above are all ranks' tokens,
+    the slowest rank's step time and the largest rank's peak."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["losses"] = list(self.losses)
+        d["per_rank"] = [dict(r) for r in self.per_rank]
         return d
 
     @classmethod
@@ -147,6 +155,7 @@ class TrialResult:
         known = {f for f in cls.__dataclass_fields__}
         data = {k: v for k, v in d.items() if k in known}
         data["losses"] = tuple(data.get("losses", ()))
+        data["per_rank"] = tuple(dict(r) for r in data.get("per_rank", ()))
         return cls(**data)
 
 
