@@ -159,15 +159,16 @@ class RankGroup:
                 q.cancel_join_thread()
 
     # -- commands ------------------------------------------------------------------------------
-    def call(self, op: str, *args: Any, timeout: float) -> list:
+    def call(self, op: str, *args: Any, timeout: float, what: str = "") -> list:
         """Send one command to every rank; their answers, by rank. Raises RankFailed (the group
-        killed) if a rank fails, dies or does not answer within `timeout` seconds."""
+        killed) if a rank fails, dies or does not answer within `timeout` seconds. `what` names
+        the command in those messages (e.g. "step 12")."""
         if not self.alive:
             raise RankFailed("crash", "the worker group is not running")
         self.seq += 1
         for commands in self.commands:
             commands.put((self.seq, op, args))
-        return self._collect(self.seq, timeout, op)
+        return self._collect(self.seq, timeout, what or op)
 
     def _collect(self, seq: int, timeout: float, op: str) -> list:
         answers: dict[int, Any] = {}
@@ -258,7 +259,7 @@ class GroupTrainer(Trainer):
     def step(self) -> list[StepRecord]:
         warming = self._step < self.warmup_steps
         timeout = SLOW_TIMEOUT_S if warming else max(HANG_S, HANG_STEPS * self._slowest_ms / 1e3)
-        answers = self.group.call("step", timeout=timeout)
+        answers = self.group.call("step", timeout=timeout, what=f"step {self._step}")
         self._step += 1
         return self._combine(answers)
 

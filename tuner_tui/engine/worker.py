@@ -122,8 +122,9 @@ class Worker:
 
         kind = classify(exc)
         message = describe_failure(exc)
-        if kind == "crash":
+        if kind == "crash" and not getattr(exc, "failure_kind", None):
             # A bug (ours or the user's): keep the traceback for the log, one line for the UI.
+            # (A rank of a group prints its own.)
             traceback.print_exc()
         result = trainer.result(status=kind, message=message) if trainer else None
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
