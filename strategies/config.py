@@ -100,8 +100,10 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
                 f"--set: unknown option {key.strip()!r}: allowed options are " + ", ".join(OPTIONS)
             )
         values[option.key] = parse_value(option, text.strip())
-    if values:
-        TuneConfig.from_dict(values)  # validate the values now, with the option's message
+    for key, value in values.items():
+        # Each value now, with the option's message; the rules across options once the values
+        # meet the configurations they change (`--set devices=2` is fine on a ddp config).
+        _coerce(OPTIONS[key], value)
     return values
 
 

@@ -1,6 +1,7 @@
 """Worker groups on the CPU (gloo, 2 processes): DDP and FSDP2 train as one process would on the
 same global batch, and a rank that dies, runs out of memory or hangs ends its group at once."""
 
+import json
 import math
 import os
 import signal
@@ -124,3 +125,42 @@ def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, faul
     assert failed.result is not None and failed.result.status == kind
     assert _ranks(client) == []  # the group was ended, nothing left behind
     assert client.is_alive()
+
+
+def test_bench_runs_ddp_and_fsdp2_groups_and_reports_them(gputune, tmp_path):
+    """`gputune bench --set devices=2` with a DDP and an FSDP2 configuration (the second in bf16,
+    so FSDP2 gathers bf16 parameters), each run as a group and checked against one process."""
+    (tmp_path / "ddp.toml").write_text("[config]\nparallel = 'ddp'\n")
+    (tmp_path / "fsdp2.toml").write_text(
+        "[config]\nparallel = 'fsdp2'\nprecision = 'bf16'\nattention = 'sdpa'\n")
+    out = tmp_path / "bench.json"
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny",
+                   "--config", str(tmp_path / "ddp.toml"), "--config", str(tmp_path / "fsdp2.toml"),
+                   "--set", "devices=2", "--steps", "2", "--warmup", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["status"], r["config"]["parallel"]) for r in rows] == [("ok", "ddp"), ("ok", "fsdp2")]
+    for row in rows:
+        assert row["config"]["devices"] == 2 and row["batch_size"] == 8
+        assert [r["rank"] for r in row["per_rank"]] == [0, 1]
+        assert row["loss_ok"] is True  # against one process's fp32 run on the same batch
+    assert rows[1]["strategy_report"]["data_parallel"]["param_dtype"] == "bfloat16"
+    assert "fp32 reference losses (batch 8)" in proc.stdout
+    assert "global batch 8 = 2 x 4/rank" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--set", "devices=2"], ["devices = 2 needs parallel = ddp or fsdp2"]),
+        (["--set", "parallel=ddp", "--set", "devices=3", "--set", "batch_size=8"],
+         ["batch_size = 8 is not a multiple of devices = 3"]),
+        (["--set", "devices=0"], ["devices = 0 is out of range", ">= 1"]),
+    ],
+)
+def test_bad_group_options_are_refused_in_one_line_before_any_worker(gputune, args, words):
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and all(w in lines[0] for w in words), proc.stderr
+    assert "starting worker" not in proc.stdout

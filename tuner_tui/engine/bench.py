@@ -367,13 +367,20 @@ def run_bench(
 
 def computes_reference(config: TuneConfig) -> bool:
     """Computes what the fp32 eager reference computes (attention, optimizer implementation
-    and checkpointing change how, not what), so its own losses are the reference."""
-    return config.precision == "fp32" and config.compile_mode == "off" and not config.fused_kernels
+    and checkpointing change how, not what), so its own losses are the reference. A group's
+    losses are checked against one process instead."""
+    return (config.precision == "fp32" and config.compile_mode == "off"
+            and not config.fused_kernels and config.parallel == "none")
 
 
 def _summary(r: protocol.TrialResult) -> str:
     if r.status == "ok" and r.tokens_per_s:
-        return f"{_si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step"
+        text = f"{_si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step"
+        if r.per_rank:
+            ranks = len(r.per_rank)
+            text += (f" (slowest of {ranks} ranks; global batch {r.batch_size} = {ranks} x "
+                     f"{r.batch_size // ranks}/rank)")
+        return text
     return f"{r.status}: {r.message}" if r.message else r.status
 
 
