@@ -53,6 +53,8 @@ a dead rank at once."""
 HANG_S = 10.0
 HANG_STEPS = 10
 CLOSE_TIMEOUT_S = 120.0
+DEATH_GRACE_S = 0.5
+"""After a rank's error, how long to look for a dead rank that caused it."""
 
 
 class RankFailed(RuntimeError):
@@ -183,26 +185,34 @@ class RankGroup:
                 if got_seq != seq:
                     continue
                 if status == "error":
-                    kind, message = payload
+                    # A rank that died makes its peers' collectives fail too: name the dead one.
+                    wait(list(sentinels), timeout=DEATH_GRACE_S)
+                    died = self._died(answers, op)
                     self.kill()
-                    raise RankFailed(kind, f"rank {rank}: {message}")
+                    kind, message = payload
+                    raise died or RankFailed(kind, f"rank {rank}: {message}")
                 answers[rank] = payload
             if len(answers) == self.world_size:
                 break
-            dead = [r for r, p in enumerate(self.processes) if not p.is_alive() and r not in answers]
-            if dead:
-                rank = dead[0]
-                reason = _exit_reason(self.processes[rank].exitcode)
+            died = self._died(answers, op)
+            if died:
                 self.kill()
-                raise RankFailed(
-                    "crash", f"rank {rank} died ({reason}) during {op}; the group was stopped"
-                )
+                raise died
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise self._hung(op, [r for r in range(self.world_size) if r not in answers],
                                  timeout)
             wait([self.replies._reader, *sentinels], timeout=min(remaining, 0.5))
         return [answers[r] for r in range(self.world_size)]
+
+    def _died(self, answers: dict, op: str) -> RankFailed | None:
+        for rank, process in enumerate(self.processes):
+            if rank not in answers and not process.is_alive():
+                reason = _exit_reason(process.exitcode)
+                return RankFailed(
+                    "crash", f"rank {rank} died ({reason}) during {op}; the group was stopped"
+                )
+        return None
 
     def _hung(self, op: str, silent: list[int], timeout: float) -> RankFailed:
         """Ask the silent ranks where they are; the ones not waiting for their peers are the

@@ -130,9 +130,13 @@ class Rank:
         )
         self.trainer.build()
         flops = self.workload.flops_per_item
+        model = self.trainer.tuned.model
+        # The workload counts FLOPs on its own model (it may call its methods), not on DDP's
+        # wrapper (fully_shard keeps the model's class).
+        model = getattr(model, "module", model)
         return {
             "report": self.trainer.report,
-            "flops_per_item": flops(self.trainer.tuned.model) if flops else None,
+            "flops_per_item": flops(model) if flops else None,
         }
 
     def step(self) -> dict:
