@@ -86,6 +86,30 @@ def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(wor
     assert "ddp x2" in rows["ddp"][0].label and "batch 8 (4/rank)" in rows["ddp"][0].label
 
 
+@pytest.mark.gpu
+def test_groups_on_the_gpus_train_like_one_gpu(worker):
+    """NCCL, one rank per GPU: the same losses as one GPU on the global batch (fp32; looser
+    than on the CPU, as GPU reductions reorder sums more), each rank's memory reported."""
+    import torch
+
+    n = min(2, torch.cuda.device_count())
+    client = worker(device="cuda")
+    results = {}
+    for parallel in ("none", "ddp", "fsdp2"):
+        config = {"parallel": parallel, "devices": 1 if parallel == "none" else n, "batch_size": 8}
+        client.send(P.RunTrial(config, steps=3, warmup_steps=1))
+        done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+        assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
+        results[parallel] = done.result
+    for parallel in ("ddp", "fsdp2"):
+        result = results[parallel]
+        for got, want in zip(result.losses, results["none"].losses, strict=True):
+            assert math.isclose(got, want, rel_tol=1e-3), (parallel, result.losses)
+        assert len(result.per_rank) == n
+        assert all(r["peak_reserved_bytes"] > 0 for r in result.per_rank)
+        assert result.mfu is not None and result.mfu > 0
+
+
 def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(worker):
     client = worker()
     client.send(P.ApplyConfig({"parallel": "ddp", "devices": 2}, measure_steps=1000))

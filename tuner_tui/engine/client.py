@@ -31,7 +31,8 @@ class WorkerSpec:
     fault_injection: str | None = None
     """Test hook: "oom" makes every build raise torch's real OutOfMemoryError path;
     "oom-above:N" does so only for batch sizes above N, and "oom-above:N:fp32" only for those
-    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does)."""
+    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does);
+    "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang)."""
     environ: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker before it imports torch (e.g. the Inductor
     cache directory that the search's trials share)."""
