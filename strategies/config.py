@@ -209,9 +209,9 @@ class TuneConfig:
         if self.parallel == "ddp":
             if self.ddp_bucket_mb != OPTIONS["ddp_bucket_mb"].default:
                 knobs.append(f"bucket {self.ddp_bucket_mb}MB")
-            if self.ddp_gradient_as_bucket_view:
+            if self.ddp_bucket_view:
                 knobs.append("views")
-        elif self.parallel == "fsdp2" and not self.fsdp_reshard_after_forward:
+        elif self.parallel == "fsdp2" and not self.fsdp_reshard:
             knobs.append("no reshard")
         return f"{self.parallel} x{self.devices}" + (f" ({','.join(knobs)})" if knobs else "")
 

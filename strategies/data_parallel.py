@@ -54,7 +54,7 @@ def apply_ddp(run, config) -> None:
         run.model,
         device_ids=device_ids,
         bucket_cap_mb=config.ddp_bucket_mb,
-        gradient_as_bucket_view=config.ddp_gradient_as_bucket_view,
+        gradient_as_bucket_view=config.ddp_bucket_view,
     )
 
 
@@ -66,7 +66,7 @@ def apply_fsdp2(run, config) -> dict:
     # fully_shard replaces each parameter by a sharded DTensor parameter: remember the names, so
     # that the optimizer can be pointed at the new ones.
     names = {id(p): name for name, p in run.model.named_parameters()}
-    reshard = config.fsdp_reshard_after_forward
+    reshard = config.fsdp_reshard
     for i, block in enumerate(blocks):
         # The last block's backward starts right after its forward: resharding it would only
         # gather the same parameters again.
@@ -99,7 +99,7 @@ def apply(run, config) -> None:
         apply_ddp(run, config)
         report.update(
             bucket_mb=config.ddp_bucket_mb,
-            gradient_as_bucket_view=config.ddp_gradient_as_bucket_view,
+            gradient_as_bucket_view=config.ddp_bucket_view,
         )
     else:
         report.update(apply_fsdp2(run, config))

@@ -198,19 +198,20 @@ STRATEGIES: tuple[Strategy, ...] = (
                 label="DDP bucket MB",
             ),
             Option(
-                "ddp_gradient_as_bucket_view",
+                "ddp_bucket_view",
                 "bool",
                 False,
-                "With parallel = ddp: gradients are views into the all-reduce buckets (one copy "
-                "less, less memory)",
+                "With parallel = ddp: gradient_as_bucket_view, gradients are views into the "
+                "all-reduce buckets (one copy less, less memory)",
                 label="DDP grads as bucket views",
             ),
             Option(
-                "fsdp_reshard_after_forward",
+                "fsdp_reshard",
                 "bool",
                 True,
-                "With parallel = fsdp2: free each block's gathered parameters after its forward "
-                "and gather them again for backward (less memory, more communication)",
+                "With parallel = fsdp2: reshard_after_forward, free each block's gathered "
+                "parameters after its forward and gather them again for backward (less memory, "
+                "more communication)",
                 label="FSDP2 reshard after forward",
             ),
         ),

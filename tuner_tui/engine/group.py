@@ -143,8 +143,9 @@ class RankGroup:
             process.join(1.0)
         self._close_queues()
 
-    def shutdown(self, timeout: float = 10.0) -> None:
-        """Ask the ranks to leave the process group and exit; kill those that do not."""
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Ask the ranks to leave the process group and exit; kill those that do not (within
+        the 5 s that WorkerClient.stop gives the worker itself)."""
         if self.alive:
             for commands in self.commands:
                 with contextlib.suppress(Exception):
