@@ -151,6 +151,7 @@ def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, faul
     assert client.is_alive()
 
 
+@pytest.mark.slow
 def test_bench_runs_ddp_and_fsdp2_groups_and_reports_them(gputune, tmp_path):
     """`gputune bench --set devices=2` with a DDP and an FSDP2 configuration (the second in bf16,
     so FSDP2 gathers bf16 parameters), each run as a group and checked against one process."""

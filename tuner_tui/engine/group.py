@@ -207,8 +207,11 @@ class RankGroup:
         return [answers[r] for r in range(self.world_size)]
 
     def _died(self, answers: dict, op: str) -> RankFailed | None:
+        # The sentinel is set as the process exits, a moment before waitpid reports it.
+        exited = set(wait([p.sentinel for p in self.processes], timeout=0))
         for rank, process in enumerate(self.processes):
-            if rank not in answers and not process.is_alive():
+            if rank not in answers and (process.sentinel in exited or not process.is_alive()):
+                process.join(1.0)
                 reason = _exit_reason(process.exitcode)
                 return RankFailed(
                     "crash", f"rank {rank} died ({reason}) during {op}; the group was stopped"
