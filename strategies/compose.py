@@ -136,7 +136,8 @@ def apply(
     """Apply every strategy of `config` to `model` and `optimizer` (in place where it can).
 
     Order: precision, weights, attention, fused kernels (with the loss of Hugging Face causal
-    LMs), float8, activation checkpointing, compile, optimizer.
+    LMs), float8, activation checkpointing, data parallel (DDP or FSDP2, which need a
+    torch.distributed process group), compile, optimizer.
     `blocks` names the model's repeated blocks for checkpointing and per-block compile; by
     default they are found (the largest list of same-type modules).
     Raises ConfigError when a choice cannot run on the model's device.

@@ -120,8 +120,10 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
                 f"--set: unknown option {key.strip()!r}: allowed options are " + ", ".join(OPTIONS)
             )
         values[option.key] = parse_value(option, text.strip())
-    if values:
-        TuneConfig.from_dict(values)  # validate the values now, with the option's message
+    for key, value in values.items():
+        # Each value now, with the option's message; the rules across options once the values
+        # meet the configurations they change (`--set devices=2` is fine on a ddp config).
+        _coerce(OPTIONS[key], value)
     return values
 
 
@@ -213,12 +215,15 @@ class TuneConfig:
             extra = ",fullgraph" if self.compile_fullgraph else ""
             extra += ",per-block" if self.compile_scope == "block" else ""
             parts.append(f"compile({self.compile_mode}{extra})")
+        if self.parallel != "none":
+            parts.append(self.parallel_label())
         if self.optimizer != "plain":
             parts.append(f"{self.optimizer} AdamW")
         if self.optimizer_state != OPTIONS["optimizer_state"].default:
             parts.append(f"{self.optimizer_state} state")
         if self.batch_size:
-            parts.append(f"batch {self.batch_size}")
+            per_rank = f" ({self.batch_size // self.devices}/rank)" if self.devices > 1 else ""
+            parts.append(f"batch {self.batch_size}{per_rank}")
         if self.micro_batch_size:
             parts.append(f"micro {self.micro_batch_size}")
         if self.grad_clip != OPTIONS["grad_clip"].default:
@@ -234,6 +239,19 @@ class TuneConfig:
         if batch_size % micro:
             raise ConfigError(micro_batch_problem(batch_size, micro))
         return batch_size // micro
+
+    def parallel_label(self) -> str:
+        """e.g. 'ddp x2 (bucket 50MB,views)' or 'fsdp2 x2 (no reshard)': the knobs that are not
+        at their defaults, for the mode in use."""
+        knobs = []
+        if self.parallel == "ddp":
+            if self.ddp_bucket_mb != OPTIONS["ddp_bucket_mb"].default:
+                knobs.append(f"bucket {self.ddp_bucket_mb}MB")
+            if self.ddp_bucket_view:
+                knobs.append("views")
+        elif self.parallel == "fsdp2" and not self.fsdp_reshard:
+            knobs.append("no reshard")
+        return f"{self.parallel} x{self.devices}" + (f" ({','.join(knobs)})" if knobs else "")
 
     def effective_kernels(self) -> tuple[str, ...]:
         """The fused kernels this configuration swaps in: under torch.compile with the

@@ -215,6 +215,56 @@ STRATEGIES: tuple[Strategy, ...] = (
     # Data-parallel wrapping (DDP, FSDP2 per block then the root) goes here: after
     # checkpointing, before compile.
     Strategy(
+        "data_parallel",
+        "strategies.data_parallel",
+        help="Train on several GPUs (on the CPU, processes) through torch.distributed.",
+        options=(
+            Option(
+                "parallel",
+                "choice",
+                "none",
+                "none: one device; ddp: DistributedDataParallel (a full copy per rank, gradients "
+                "all-reduced); fsdp2: fully_shard (parameters, gradients and optimizer state "
+                "sharded across ranks)",
+                choices=("none", "ddp", "fsdp2"),
+                label="Data parallel",
+            ),
+            Option(
+                "devices",
+                "int",
+                1,
+                "GPUs in the group (on the CPU, processes); batch_size is split between them",
+                minimum=1,
+                label="Devices",
+            ),
+            Option(
+                "ddp_bucket_mb",
+                "int",
+                25,
+                "With parallel = ddp: gradients are all-reduced in buckets of this many MB",
+                minimum=1,
+                label="DDP bucket MB",
+            ),
+            Option(
+                "ddp_bucket_view",
+                "bool",
+                False,
+                "With parallel = ddp: gradient_as_bucket_view, gradients are views into the "
+                "all-reduce buckets (one copy less, less memory)",
+                label="DDP grads as bucket views",
+            ),
+            Option(
+                "fsdp_reshard",
+                "bool",
+                True,
+                "With parallel = fsdp2: reshard_after_forward, free each block's gathered "
+                "parameters after its forward and gather them again for backward (less memory, "
+                "more communication)",
+                label="FSDP2 reshard after forward",
+            ),
+        ),
+    ),
+    Strategy(
         "compile",
         "strategies.compile",
         help="torch.compile of the whole model or of each block.",
@@ -321,10 +371,23 @@ def _bf16_weights_need_bf16_precision(values: dict) -> str | None:
     return None
 
 
+def _devices_need_parallel(values: dict) -> str | None:
+    # parallel != none with devices = 1 is allowed: a group of one process, which measures what
+    # the wrapper itself costs.
+    if values["devices"] > 1 and values["parallel"] == "none":
+        return (
+            f"devices = {values['devices']} needs parallel = ddp or fsdp2 (parallel = none "
+            "trains on one device)"
+        )
+    return None
+
+
 def _micro_batch_divides_batch(values: dict) -> str | None:
+    # With several devices each rank splits its own share, batch_size / devices.
     batch, micro = values["batch_size"], values["micro_batch_size"]
-    if batch and micro and batch % micro:
-        return micro_batch_problem(batch, micro)
+    per_rank = batch // values["devices"] if batch and batch % values["devices"] == 0 else batch
+    if per_rank and micro and per_rank % micro:
+        return micro_batch_problem(per_rank, micro)
     return None
 
 
@@ -345,11 +408,23 @@ def _offload_without_grad_scaler(values: dict) -> str | None:
     return None
 
 
+def _batch_divides_over_devices(values: dict) -> str | None:
+    batch, devices = values["batch_size"], values["devices"]
+    if batch and batch % devices:
+        return (
+            f"batch_size = {batch} is not a multiple of devices = {devices}: each rank trains "
+            "on batch_size / devices sequences"
+        )
+    return None
+
+
 RULES = (
     _fullgraph_needs_compile,
     _bf16_weights_need_bf16_precision,
     _micro_batch_divides_batch,
     _offload_without_grad_scaler,
+    _devices_need_parallel,
+    _batch_divides_over_devices,
 )
 """Checks across options; each returns a message that names both options, or None."""
 

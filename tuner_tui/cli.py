@@ -245,6 +245,7 @@ def cmd_bench(args) -> int:
     strict = bool(args.config) and not args.preset
     if not configs:
         configs = bench.ladder()
+    bench.apply_overrides(configs, overrides)  # a bad combination stops here, before any worker
     plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
                            trial_timeout_s=args.trial_timeout, overrides=overrides)
     def save_rows(results, environment, workload) -> None:

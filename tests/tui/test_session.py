@@ -176,3 +176,21 @@ def test_a_run_refused_before_it_started_is_a_row_but_a_failed_setup_is_not():
     assert s.worker_state == "idle"  # the worker waits for a command, not "applying" forever
     s.apply(protocol.RunStarted(3, {}, "bf16", 8), 0.0)
     assert s.markers[-1].number == 3
+
+
+def test_a_group_step_shows_each_rank_and_the_split_batch():
+    from rich.console import Console
+
+    from tuner_tui.app.widgets.figures import figures_table
+
+    s = Session()
+    group_step = protocol.StepMeasured(1, 3, 9.5, 1000.0, 3.0, None, 1, 2, 0.0,
+                                       rank_step_ms=(9.1, 9.5))
+    for e in (ready(), protocol.RunStarted(1, {"parallel": "ddp", "devices": 2}, "ddp x2", 8),
+              group_step):
+        s.apply(e, now=0.0)
+    console = Console(width=100, record=True)
+    console.print(figures_table(s, now=0.0))
+    text = console.export_text()
+    assert "rank ms  0:9.1  1:9.5" in text
+    assert "(2 ranks × 4)" in text

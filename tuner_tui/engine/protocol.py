@@ -27,7 +27,8 @@ class WorkerSpec:
     fault_injection: str | None = None
     """Test hook: "oom" makes every build raise torch's real OutOfMemoryError path;
     "oom-above:N" does so only for batch sizes above N, and "oom-above:N:fp32" only for those
-    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does)."""
+    of one precision (fp32 needs the most memory: its reference may not fit where bf16 does);
+    "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang)."""
     environ: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker before it imports torch (e.g. the Inductor
     cache directory that the search's trials share)."""
@@ -118,6 +119,9 @@ class StepMeasured:
     memory_allocated_bytes: int
     peak_memory_bytes: int
     wall_time: float
+    rank_step_ms: tuple[float, ...] = ()
+    """In a group (parallel != none): each rank's time for this step, by rank; `step_ms` is the
+    slowest of them."""
 
 
 MEASURED_KEYS = (
@@ -173,10 +177,15 @@ class TrialResult:
     """The search's estimate of the peak made before the trial ran, part by part (parameters,
     gradients, optimizer_state, activations, total, basis: the trial it scaled from); empty
     where nothing was measured before it."""
+    per_rank: tuple[dict, ...] = ()
+    """In a group (parallel != none), one entry per rank: rank, step_ms (its median),
+    peak_memory_bytes, peak_reserved_bytes. The group's figures above are all ranks' tokens,
+    the slowest rank's step time and the largest rank's peak."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["losses"] = list(self.losses)
+        d["per_rank"] = [dict(r) for r in self.per_rank]
         return d
 
     def measured(self) -> dict[str, Any]:
@@ -190,6 +199,7 @@ class TrialResult:
         known = {f for f in cls.__dataclass_fields__}
         data = {k: v for k, v in d.items() if k in known}
         data["losses"] = tuple(data.get("losses", ()))
+        data["per_rank"] = tuple(dict(r) for r in data.get("per_rank", ()))
         return cls(**data)
 
 

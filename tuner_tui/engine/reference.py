@@ -16,10 +16,10 @@ LOSS_CHECK_STEPS = 8
 def computes_reference(config: TuneConfig) -> bool:
     """Computes what the fp32 eager reference computes (attention, optimizer implementation,
     checkpointing, micro-batches and a CPU-offloaded fp32 AdamW change how, not what), so its own
-    losses are the reference."""
+    losses are the reference. A group's losses are checked against one process instead."""
     return (config.precision == "fp32" and config.compile_mode == "off"
             and not config.fused_kernels and config.weights == "fp32" and config.fp8 == "off"
-            and config.optimizer_state in ("fp32", "offload"))
+            and config.optimizer_state in ("fp32", "offload") and config.parallel == "none")
 
 
 def reference_key(config: TuneConfig, default_batch: int) -> tuple[int, float]:

@@ -13,7 +13,12 @@ from tuner_tui.engine.protocol import measured_peak
 
 def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
     if r.status == "ok" and r.tokens_per_s:
-        return f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step"
+        text = f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step"
+        if r.per_rank:
+            ranks = len(r.per_rank)
+            text += (f" (slowest of {ranks} ranks; global batch {r.batch_size} = {ranks} x "
+                     f"{r.batch_size // ranks}/rank)")
+        return text
     return f"{r.status}: {r.message}" if r.message else r.status
 
 

@@ -40,6 +40,8 @@ class Diverged(RuntimeError):
 
 def classify(exc: BaseException) -> str:
     """Failure kind for an exception raised while building or training."""
+    if getattr(exc, "failure_kind", None):  # a rank of a group already classified it
+        return exc.failure_kind
     if isinstance(exc, torch.OutOfMemoryError):
         return "oom"
     if isinstance(exc, Diverged):
@@ -55,6 +57,8 @@ def classify(exc: BaseException) -> str:
 def describe_failure(exc: BaseException) -> str:
     kind = classify(exc)
     text = str(exc).strip()
+    if getattr(exc, "failure_kind", None):
+        return text
     if kind == "oom":
         # torch's message: "CUDA out of memory. Tried to allocate X GiB. GPU 0 has a total
         # capacity of ... of which Y is free. ..." Keep the two sentences that matter.
@@ -81,6 +85,8 @@ class StepRecord:
     loss: float
     memory_allocated_bytes: int
     peak_memory_bytes: int
+    rank_step_ms: tuple[float, ...] = ()
+    """In a group: each rank's time for this step (step_ms is the slowest)."""
 
 
 @dataclass
@@ -95,6 +101,9 @@ class Trainer:
     warmup_steps: int = 5
     reference_losses: tuple[float, ...] = ()
     device_name: str = ""
+    rank: int = 0
+    world_size: int = 1
+    """In a group (parallel != none): this process's rank trains on its slice of each batch."""
     records: list[StepRecord] = field(default_factory=list)
     first_step_s: float | None = None
     report: dict = field(default_factory=dict)
@@ -145,7 +154,7 @@ class Trainer:
         """Run one optimizer step. Returns the records that completed (after the warm-up the
         device runs up to HOST_AHEAD steps behind the host, so records arrive that much later)."""
         i = self._step
-        batch = self.workload.batch(i, self.batch_size, self.torch_device)
+        batch = self._shard(self.workload.batch(i, self.batch_size, self.torch_device))
         host_start = time.perf_counter()
         losses = []
         for micro in self.tuned.micro_batches(batch):
@@ -176,6 +185,24 @@ class Trainer:
         # synchronisation at all (host launch time is close to GPU time there); two absorb it.
         lag = 0 if i < self.warmup_steps else HOST_AHEAD
         return self._collect(keep=lag)
+
+    def _shard(self, batch):
+        """This rank's rows of the global batch: every rank draws the same batch as one process
+        would and keeps its own slice, so the group trains on exactly that batch."""
+        if self.world_size == 1:
+            return batch
+        rows = self.batch_size // self.world_size
+        start = self.rank * rows
+
+        def part(t):
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == self.batch_size:
+                return t[start : start + rows]
+            return t
+
+        if isinstance(batch, dict):
+            return {k: part(v) for k, v in batch.items()}
+        parts = [part(t) for t in batch]
+        return parts if isinstance(batch, list) else tuple(parts)
 
     def _copy_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """A copy of the loss that can be read later without stalling the device.
@@ -252,7 +279,7 @@ class Trainer:
         if self._flops_per_step is None:  # once: counting parameters every step costs host time
             self._flops_per_step = self.workload.flops_per_item(self.tuned.model) * self.items_per_step()
         flops = self._flops_per_step
-        return flops / (step_ms / 1e3) / (self.peak().tflops * 1e12)
+        return flops / (step_ms / 1e3) / (self.peak().tflops * 1e12 * self.world_size)
 
     def items_per_step(self) -> int:
         return self.batch_size * self.workload.items_per_sample

@@ -40,6 +40,9 @@ class Worker:
         self.measure_steps = 20
         self.live_reported = False
         self.references: dict[tuple[int, float], tuple[float, ...]] = {}
+        self.group = None
+        """The rank processes of the current configuration if it has parallel != none
+        (engine/group.py); kept while the next configuration has the same number of devices."""
 
     def emit(self, event) -> None:
         self.events.put(event)
@@ -97,6 +100,14 @@ class Worker:
     def _trainer(self, config: TuneConfig, warmup: int, reference: tuple[float, ...]):
         from tuner_tui.engine.trial import Trainer
 
+        if config.parallel != "none":
+            from tuner_tui.engine.group import GroupTrainer
+
+            return GroupTrainer(
+                workload=self.workload, config=config, device=self.device, seed=self.spec.seed,
+                warmup_steps=warmup, reference_losses=reference, device_name=self.caps.gpu_name,
+                group=self.group,
+            )
         return Trainer(
             workload=self.workload,
             config=config,
@@ -112,8 +123,9 @@ class Worker:
 
         kind = classify(exc)
         message = describe_failure(exc)
-        if kind == "crash":
+        if kind == "crash" and not getattr(exc, "failure_kind", None):
             # A bug (ours or the user's): keep the traceback for the log, one line for the UI.
+            # (A rank of a group prints its own.)
             traceback.print_exc()
         result = trainer.result(status=kind, message=message) if trainer else None
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
@@ -123,9 +135,23 @@ class Worker:
         builds it, so that it can release what a failed build left); RunStarted sent."""
         config = TuneConfig.from_dict(config_dict)
         config.check_runnable(self.caps)
+        self._keep_group_for(config)
         trainer = self._trainer(config, warmup, reference)
         self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
         return trainer
+
+    def _keep_group_for(self, config: TuneConfig) -> None:
+        """End a group that does not fit `config` (another size, or none needed, so that its
+        GPUs are free) or that a fault ended; make the group `config` needs (started when the
+        run is built, so that a failed start is this run's failure)."""
+        size = config.devices if config.parallel != "none" else 0
+        if self.group is not None and (self.group.world_size != size or not self.group.alive):
+            self.group.shutdown()
+            self.group = None
+        if size and self.group is None:
+            from tuner_tui.engine.group import RankGroup
+
+            self.group = RankGroup(self.spec, self.device, size)
 
     def _build_trainer(self, trainer) -> None:
         if self._inject_oom(trainer.batch_size, trainer.config.precision):
@@ -158,6 +184,7 @@ class Worker:
                     memory_allocated_bytes=r.memory_allocated_bytes,
                     peak_memory_bytes=r.peak_memory_bytes,
                     wall_time=time.time(),
+                    rank_step_ms=r.rank_step_ms,
                 )
             )
             if r.step == 0 and trainer.will_compile():
@@ -332,6 +359,8 @@ class Worker:
             if os.getppid() != self.parent_pid:  # the parent died without a Shutdown
                 break
         self.stop_live()
+        if self.group is not None:
+            self.group.shutdown()
 
 
 def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:

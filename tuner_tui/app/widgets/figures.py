@@ -1,4 +1,5 @@
-"""The current run's figures: tokens/s, step time, MFU and its peak, memory, compile time."""
+"""The current run's figures: tokens/s, step time (and each rank's, in a group), MFU and its
+peak, memory, compile time."""
 
 from __future__ import annotations
 
@@ -25,6 +26,18 @@ def mfu_peak_text(session: Session) -> str:
     return f"of {tflops:.3g} TFLOP/s" + (f" ({source})" if source else "")
 
 
+def rank_times_text(rank_step_ms: tuple[float, ...]) -> Text:
+    """Each rank's time for the last step, the slowest (the group's step time) in bold."""
+    slowest = max(rank_step_ms)
+    text = Text()
+    for rank, ms in enumerate(rank_step_ms):
+        if rank:
+            text.append("  ")
+        text.append(f"{rank}:", style="dim")
+        text.append(fmt.milliseconds(ms), style="bold yellow" if ms == slowest else "")
+    return text
+
+
 def figures_table(session: Session, now: float) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(style="dim", no_wrap=True, min_width=8)
@@ -41,6 +54,8 @@ def figures_table(session: Session, now: float) -> Table:
     table.add_row(f"{session.item_name}/s", tokens)
     median = f"  (median {fmt.milliseconds(result.step_ms)})" if result and result.step_ms else ""
     table.add_row("step ms", fmt.milliseconds(step.step_ms if step else None) + median)
+    if step and step.rank_step_ms:
+        table.add_row("rank ms", rank_times_text(step.rank_step_ms))
     mfu = step.mfu if step else None
     table.add_row("MFU", Text(fmt.fraction(mfu)).append(f"  {mfu_peak_text(session)}", style="dim"))
     peak = step.peak_memory_bytes if step else None
@@ -56,6 +71,9 @@ def figures_table(session: Session, now: float) -> Table:
     table.add_row("loss", fmt.loss(step.loss if step else None))
     seq = session.workload.get("items_per_sample") or session.workload.get("sequence_length")
     batch = f"{session.batch_size} × {seq}" if session.batch_size and seq else (str(session.batch_size or "—"))
+    ranks = len(step.rank_step_ms) if step else 0
+    if ranks > 1 and session.batch_size:
+        batch += f"  ({ranks} ranks × {session.batch_size // ranks})"
     table.add_row("batch", batch)
     table.add_row("step", str(step.step) if step else "—")
     return table

@@ -1,0 +1,230 @@
+"""Data parallel scaling: one GPU beside DDP and FSDP2 on N GPUs, with the same per-GPU work.
+
+    python3 benchmarks/parallel_scaling.py --workload llama-1b --per-gpu-batch 4 \
+        --json out/parallel-llama-1b.json
+    python3 benchmarks/parallel_scaling.py --faults --json out/parallel-faults.json
+
+Every row is bf16 autocast, SDPA and fused AdamW, eager and then torch.compile (per block, as
+torchtitan compiles under FSDP2), trained by gputune's own worker: one GPU at batch B, then a
+group of N ranks (parallel = ddp, fsdp2) at the global batch N x B. Scaling is the group's
+tokens/s / (N x the one-GPU tokens/s) of the same per-GPU configuration. The rows share one
+worker (and the two groups of a mode one set of ranks), to keep the run short; each
+configuration is built afresh from the same seeded weights. DDP and FSDP2 train on the same
+global batch, so their losses are compared too.
+
+--faults: a live DDP run whose rank 1 is killed (the time until the worker reports it, and until
+a new group trains), then a configuration too large for the GPUs (a real out of memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner_tui.engine import protocol  # noqa: E402
+from tuner_tui.engine.bench import start_worker  # noqa: E402
+from tuner_tui.engine.client import WorkerSpec  # noqa: E402
+
+BASE = {"precision": "bf16", "attention": "sdpa", "optimizer": "fused"}
+COMPILE = {"compile_mode": "default", "compile_scope": "block"}
+GIB = 1024**3
+
+
+def wait_for(client, kinds, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = client.wait_event(min(1.0, max(0.01, deadline - time.monotonic())))
+        if isinstance(event, kinds):
+            return event
+        if event is None and not client.is_alive():
+            return None
+    return None
+
+
+def run_trial(client, config: dict, steps: int, warmup: int, timeout: float) -> dict:
+    client.send(protocol.RunTrial(config, steps=steps, warmup_steps=warmup))
+    event = wait_for(client, (protocol.TrialFinished, protocol.RunFailed), timeout)
+    if event is None:
+        return {"config": config, "status": "timeout", "message": f"no result in {timeout:.0f} s"}
+    result = event.result
+    if result is None:
+        return {"config": config, "status": event.kind, "message": event.message}
+    row = result.to_dict()
+    if isinstance(event, protocol.RunFailed):
+        row["message"] = event.message
+    return row
+
+
+def summary(rows: list[dict], devices: int) -> list[dict]:
+    """Per compile mode and parallel mode: tokens/s, scaling, the peak of each rank."""
+    out = []
+    for compiled in (False, True):
+        def pick(parallel):
+            for r in rows:
+                c = r["config"]
+                if c.get("parallel", "none") == parallel and (c.get("compile_mode", "off") != "off") == compiled:
+                    return r
+            return None
+
+        one = pick("none")
+        for parallel in ("ddp", "fsdp2"):
+            group = pick(parallel)
+            if group is None:
+                continue
+            ok = group.get("status") == "ok" and one and one.get("status") == "ok"
+            out.append({
+                "compile": compiled,
+                "parallel": parallel,
+                "devices": devices,
+                "tokens_per_s": group.get("tokens_per_s"),
+                "tokens_per_s_one_gpu": one.get("tokens_per_s") if one else None,
+                "scaling": group["tokens_per_s"] / (devices * one["tokens_per_s"]) if ok else None,
+                "peak_gib_per_rank": [
+                    round(p["peak_memory_bytes"] / GIB, 2) if p.get("peak_memory_bytes") else None
+                    for p in group.get("per_rank", [])
+                ],
+                "peak_gib_one_gpu": round(one["peak_memory_bytes"] / GIB, 2)
+                if one and one.get("peak_memory_bytes") else None,
+                "status": group.get("status"),
+            })
+    return out
+
+
+def loss_agreement(rows: list[dict]) -> dict:
+    """Largest relative difference between the DDP and FSDP2 losses of the same compile mode."""
+    found = {}
+    for compiled in (False, True):
+        losses = {}
+        for r in rows:
+            c = r["config"]
+            if (c.get("compile_mode", "off") != "off") == compiled and r.get("losses"):
+                losses[c.get("parallel", "none")] = r["losses"]
+        if "ddp" in losses and "fsdp2" in losses:
+            pairs = list(zip(losses["ddp"], losses["fsdp2"]))
+            found["compile" if compiled else "eager"] = max(abs(a - b) / abs(a) for a, b in pairs)
+    return found
+
+
+def scaling_run(args) -> dict:
+    n, b = args.devices, args.per_gpu_batch
+    configs = []
+    for extra in ({}, COMPILE):
+        configs.append({**BASE, **extra, "batch_size": b})
+        for parallel in ("ddp", "fsdp2"):
+            configs.append({**BASE, **extra, "parallel": parallel, "devices": n, "batch_size": n * b})
+    client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
+    doc = {"tool": "benchmarks/parallel_scaling.py", "workload": ready.workload,
+           "environment": ready.environment, "devices": n, "per_gpu_batch": b,
+           "steps": args.steps, "warmup_steps": args.warmup, "rows": []}
+    try:
+        for config in configs:
+            started = time.monotonic()
+            row = run_trial(client, config, args.steps, args.warmup, args.trial_timeout)
+            row["wall_s"] = round(time.monotonic() - started, 1)
+            doc["rows"].append(row)
+            tps = row.get("tokens_per_s")
+            print(f"{row.get('label', config)}: {row.get('status')} "
+                  f"{tps and f'{tps / 1e3:.1f}k tokens/s'} {row.get('message', '')} "
+                  f"({row['wall_s']} s)", flush=True)
+            doc["scaling"] = summary(doc["rows"], n)
+            doc["ddp_vs_fsdp2_loss_rel_diff"] = loss_agreement(doc["rows"])
+            write(args.json, doc)
+            if not client.is_alive():
+                client.stop()
+                client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
+    finally:
+        client.stop()
+    for s in doc["scaling"]:
+        print(json.dumps(s))
+    return doc
+
+
+def rank_pids(worker_pid: int) -> list[int]:
+    import psutil
+
+    children = [c for c in psutil.Process(worker_pid).children()
+                if "spawn_main" in " ".join(c.cmdline())]
+    return [c.pid for c in sorted(children, key=lambda p: p.create_time())]
+
+
+def faults_run(args) -> dict:
+    import psutil
+
+    n = args.devices
+    workload = args.fault_workload
+    doc = {"tool": "benchmarks/parallel_scaling.py --faults", "workload": workload}
+    client, ready = start_worker(WorkerSpec(workload=workload, device=args.device))
+    doc["environment"] = ready.environment
+    try:
+        config = {**BASE, "parallel": "ddp", "devices": n}
+        client.send(protocol.ApplyConfig(config, measure_steps=10_000))
+        for _ in range(10):
+            wait_for(client, (protocol.StepMeasured,), 300)
+        ranks = rank_pids(client.pid)
+        killed_at = time.monotonic()
+        os.kill(ranks[-1], signal.SIGKILL)
+        failed = wait_for(client, (protocol.RunFailed,), 60)
+        noticed = time.monotonic() - killed_at
+        left = [p for p in ranks if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        client.send(protocol.ApplyConfig(config, measure_steps=10_000))
+        step = wait_for(client, (protocol.StepMeasured,), 300)
+        doc["kill"] = {
+            "killed_rank": len(ranks) - 1, "message": failed.message if failed else None,
+            "noticed_s": round(noticed, 2), "ranks_left_running": left,
+            "new_group_first_step_s": round(time.monotonic() - killed_at, 2) if step else None,
+            "new_group_ranks": rank_pids(client.pid),
+        }
+        print(json.dumps(doc["kill"]), flush=True)
+        if args.device != "cuda":  # the CPU would swap, not fail
+            return doc
+        # A real OOM: far more sequences per rank than a GPU holds.
+        big = {**config, "batch_size": n * args.oom_batch_per_gpu}
+        client.send(protocol.ApplyConfig(big, measure_steps=5))
+        started = time.monotonic()
+        failed = wait_for(client, (protocol.RunFailed, protocol.TrialFinished), 300)
+        doc["oom"] = {"kind": getattr(failed, "kind", None),
+                      "message": getattr(failed, "message", None),
+                      "seconds": round(time.monotonic() - started, 2),
+                      "ranks_after": rank_pids(client.pid)}
+        print(json.dumps(doc["oom"]), flush=True)
+    finally:
+        client.stop()
+        write(args.json, doc)
+    return doc
+
+
+def write(path: str | None, doc: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="llama-1b")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu to try the script")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--per-gpu-batch", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--trial-timeout", type=float, default=300.0)
+    parser.add_argument("--json")
+    parser.add_argument("--faults", action="store_true", help="the fault checks instead")
+    parser.add_argument("--fault-workload", default="gpt2-124m")
+    parser.add_argument("--oom-batch-per-gpu", type=int, default=1024)
+    args = parser.parse_args()
+    doc = faults_run(args) if args.faults else scaling_run(args)
+    return 0 if doc else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
