@@ -98,23 +98,31 @@ def test_models_that_change_their_logits_are_left_alone():
 
 def test_swap_runs_under_torch_compile(monkeypatch):
     """Under compile (inductor-first) the loss is still swapped and dynamo traces the wrapped
-    forward whole (fullgraph). On the CPU the kernels run in Triton's interpreter, which
-    Inductor cannot compile, so the graph runs on aot_eager with the custom ops kept opaque,
-    as tests/kernels/test_compile.py does; on a GPU it is Inductor."""
+    forward whole (fullgraph). On a GPU that is Inductor. On the CPU the kernels run in
+    Triton's interpreter, which Inductor cannot compile, so the graph runs on aot_eager with the
+    custom ops kept opaque, as tests/kernels/test_compile.py does."""
+    import contextlib
+
     import torch._functorch.config
 
     import strategies.compile
 
-    monkeypatch.setattr(strategies.compile, "compile_kwargs",
-                        lambda config: {"backend": "aot_eager", "fullgraph": True})
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    opaque_ops = contextlib.nullcontext()
+    if device.type == "cpu":
+        monkeypatch.setattr(strategies.compile, "compile_kwargs",
+                            lambda config: {"backend": "aot_eager", "fullgraph": True})
+        opaque_ops = torch._functorch.config.patch(decompose_custom_triton_ops=False)
     workload, reference, fused = _pair("llama")
-    config = LCE.replace(compile_mode="default")
+    reference.to(device)
+    fused.to(device)
+    config = LCE.replace(compile_mode="default", compile_fullgraph=True)
     tuned = strategies.apply(config, fused)
     assert config.effective_kernels() == ("linear_cross_entropy",)
     assert tuned.report["fused_kernels"] == {"linear_cross_entropy": 1}
-    batch = workload.batch(0, 2, torch.device("cpu"))
+    batch = workload.batch(0, 2, device)
     torch._dynamo.reset()
-    with torch._functorch.config.patch(decompose_custom_triton_ops=False):
+    with opaque_ops:
         got = workload.loss(fused, batch)
         got.backward()
     want = workload.loss(reference, batch)
