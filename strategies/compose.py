@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -32,6 +32,9 @@ class TunedRun:
     """What each strategy did, keyed by strategy name (counts of swapped modules, ...)."""
     blocks: list[nn.Module] | None = None
     """The repeated blocks to checkpoint or compile one by one; None: found automatically."""
+    after_backward: Callable[[nn.Module], None] | None = None
+    """Called with the model once the gradients are complete (unscaled), before clipping and
+    the optimizer step: gputune's trainer checks the first step's gradients here."""
 
     def repeated_blocks(self) -> list[nn.Module]:
         from strategies.blocks import find_blocks
@@ -50,13 +53,18 @@ class TunedRun:
         clip = self.config.grad_clip
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
-            if clip > 0:
+            if clip > 0 or self.after_backward is not None:
                 self.scaler.unscale_(self.optimizer)
+            if self.after_backward is not None:
+                self.after_backward(self.model)
+            if clip > 0:
                 nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             loss.backward()
+            if self.after_backward is not None:
+                self.after_backward(self.model)
             if clip > 0:
                 nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             self.optimizer.step()

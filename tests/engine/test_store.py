@@ -13,7 +13,8 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.store import ResultStore, StoreError, default_path, fingerprint
 
 H200 = {"device": "cuda", "gpu_name": "NVIDIA H200", "gpu_count": 1, "driver": "580.159.04",
-        "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "a", "cpu": "x86_64"}
+        "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "a", "cpu": "x86_64",
+        "gputune": "0.1.0", "code": "0123456789abcdef"}
 
 
 def _result(tokens_per_s=1000.0, **config) -> TrialResult:
@@ -47,7 +48,8 @@ def test_measuring_again_replaces_and_past_lists_this_machine_newest_first(tmp_p
         assert [p.result.tokens_per_s for p in past] == [3.0, 2.0]
         assert store.past(H200, workload="other") == []
         assert len(store.past()) == 3
-    keys = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+    keys = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "gputune",
+            "code")
     assert fingerprint(H200) == {k: H200[k] for k in keys}
 
 

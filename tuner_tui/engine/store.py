@@ -1,9 +1,12 @@
 """The result store: every trial `gputune tune` measured, kept in SQLite.
 
-A result is keyed by the workload, the configuration (canonical JSON of `TuneConfig.to_dict()`),
-the number of measured and warm-up steps, and the fingerprint of the machine (GPU, driver, torch,
-triton, device), so a second search on the same machine reuses what it measured, and the
-dashboard can list what was measured here before.
+A result is keyed by the workload (`workload_key`: name, sequence length, seed, data), the
+configuration (canonical JSON of `TuneConfig.to_dict()`), the number of measured and warm-up
+steps, and the fingerprint of the machine and the code (gputune's version and a hash of its
+kernels, strategies and trial code, torch, triton, CUDA, driver, the GPU or the CPU model), so a
+second search on the same machine with the same code reuses what it measured (`--fresh` measures
+again), and the dashboard can list what was measured here before. `tune` and `bench` both record.
+A result measured by other code or on another machine never matches.
 
 The database runs in WAL mode and every write is one transaction: a process killed in the middle
 of a write leaves the previous state, never a half-written row. Torch-free (the parent process
@@ -22,15 +25,20 @@ from typing import Any, Mapping
 
 from tuner_tui.engine.protocol import TrialResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: results keyed by the code hash and gputune's version too, in a new table; the rows of
+schema 1 (table `trials`), keyed without them, are left in the file and never read."""
 
-FINGERPRINT_KEYS = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+FINGERPRINT_KEYS = (
+    "device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "gputune", "code",
+)
 """What makes two measurements comparable. The host name is left out on purpose: two machines
 with the same GPU, driver and software share results."""
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS trials (
+CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
     workload TEXT NOT NULL,
     config TEXT NOT NULL,
     steps INTEGER NOT NULL,
@@ -45,7 +53,7 @@ CREATE TABLE IF NOT EXISTS trials (
     created REAL NOT NULL,
     UNIQUE (workload, config, steps, warmup_steps, fingerprint)
 );
-CREATE INDEX IF NOT EXISTS trials_by_fingerprint ON trials (fingerprint, workload);
+CREATE INDEX IF NOT EXISTS results_by_fingerprint ON results (fingerprint, workload);
 """
 
 
@@ -63,6 +71,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def workload_key(workload: Mapping) -> str:
+    """What makes two runs of a workload the same: its name, sequence length, seed and data,
+    from a `WorkerReady.workload` (the worker adds the seed and the resolved data path). The
+    one key `tune` and `bench` store under and the dashboard's history asks for."""
+    data = f"data={workload['data']}" if workload.get("data") else "synthetic"
+    return (f"{workload['name']} seq={workload.get('items_per_sample')} "
+            f"seed={workload.get('seed', 0)} {data}")
+
+
 def fingerprint(environment: Mapping) -> dict:
     """The part of a `WorkerReady.environment` that decides whether a result still holds. On the
     CPU, the processor stands in for the GPU."""
@@ -77,6 +94,8 @@ def fingerprint(environment: Mapping) -> dict:
 class StoredTrial:
     """One row of the store."""
 
+    source: str
+    """The command that measured it: tune or bench."""
     workload: str
     config: dict
     steps: int
@@ -142,9 +161,11 @@ class ResultStore:
         workload: str,
         steps: int,
         warmup_steps: int,
+        source: str = "tune",
     ) -> None:
         """Keep one trial; a trial measured again with the same key replaces the older row."""
         row = (
+            source,
             workload,
             canonical_json(result.config),
             steps,
@@ -160,11 +181,11 @@ class ResultStore:
         )
         with self._transaction():
             self._db.execute(
-                "INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, label, "
-                "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO results (source, workload, config, steps, warmup_steps, fingerprint, "
+                "label, status, tokens_per_s, peak_memory_bytes, result, environment, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
-                "label = excluded.label, status = excluded.status, "
+                "source = excluded.source, label = excluded.label, status = excluded.status, "
                 "tokens_per_s = excluded.tokens_per_s, "
                 "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
                 "environment = excluded.environment, created = excluded.created",
@@ -177,7 +198,7 @@ class ResultStore:
     ) -> StoredTrial | None:
         """The stored trial for exactly this workload, configuration, steps and machine."""
         cur = self._db.execute(
-            "SELECT * FROM trials WHERE workload = ? AND config = ? AND steps = ? "
+            "SELECT * FROM results WHERE workload = ? AND config = ? AND steps = ? "
             "AND warmup_steps = ? AND fingerprint = ?",
             (workload, canonical_json(dict(config)), steps, warmup_steps,
              canonical_json(fingerprint(environment))),
@@ -197,7 +218,7 @@ class ResultStore:
         if workload is not None:
             where.append("workload = ?")
             args.append(workload)
-        sql = "SELECT * FROM trials"
+        sql = "SELECT * FROM results"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id DESC LIMIT ?"
@@ -205,7 +226,7 @@ class ResultStore:
         return [_stored(cur, row) for row in cur.fetchall()]
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
 
 class _Transaction:
@@ -224,6 +245,7 @@ class _Transaction:
 def _stored(cursor: sqlite3.Cursor, row: tuple) -> StoredTrial:
     d = dict(zip((c[0] for c in cursor.description), row))
     return StoredTrial(
+        source=d["source"],
         workload=d["workload"],
         config=json.loads(d["config"]),
         steps=d["steps"],

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
+from tuner_tui.engine.noise import is_noisy, spread_text
 
 
 def summary(r: protocol.TrialResult) -> str:
     if r.status == "ok" and r.tokens_per_s:
-        return f"{fmt.si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step"
+        noisy = " (noisy)" if is_noisy(r) else ""
+        return (f"{fmt.si(r.tokens_per_s)} tokens/s, {r.step_ms:.1f} ms/step "
+                f"{spread_text(r)}{noisy}")
     return f"{r.status}: {r.message}" if r.message else r.status
 
 
@@ -19,7 +22,7 @@ def format_table(
     by the first row's. `item_name`: what the workload counts (tokens, images, samples)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
-               "MFU", "peak GiB", "compile s", "loss", "status"]
+               "spread", "MFU", "peak GiB", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
         ratio = f"{r.tokens_per_s / base:.2f}x" if (r.tokens_per_s and base) else "-"
@@ -31,6 +34,7 @@ def format_table(
             fmt.si(r.tokens_per_s) if r.tokens_per_s else "-",
             ratio,
             f"{r.step_ms:.1f}" if r.step_ms else "-",
+            spread_text(r) + ("!" if is_noisy(r) else ""),
             f"{r.mfu:.1%}" if r.mfu is not None else "-",
             fmt.gib(r.peak_memory_bytes, unit=False),
             f"{r.compile_s:.1f}" if r.compile_s is not None else "-",
@@ -42,6 +46,9 @@ def format_table(
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    if any(is_noisy(r) for r in results):
+        lines.append("spread: half the interquartile range of the step times, relative to the "
+                     "median; ! marks a noisy row")
     peaks = sorted({r.mfu_peak_source for r in results if r.mfu_peak_source})
     if peaks:
         lines.append("MFU peaks: " + "; ".join(peaks))

@@ -1,5 +1,5 @@
-"""This machine's history: trials measured before (by `gputune tune`) for this workload, from
-the result store; Enter re-applies one."""
+"""This machine's history: trials measured before (by `gputune tune` and `gputune bench`, with
+this code) for this workload, from the result store; Enter re-applies one."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class HistoryScreen(ModalScreen[dict | None]):
             note = self.problem or (
                 "Enter re-applies the selected configuration; Escape closes."
                 if self.trials
-                else "Nothing measured here yet: `gputune tune` fills this list."
+                else "Nothing measured here yet: `gputune tune` and `gputune bench` fill this list."
             )
             yield Static(note, id="history-note")
 
