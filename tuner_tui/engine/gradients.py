@@ -22,21 +22,22 @@ from torch import nn
 from strategies.config import TuneConfig
 
 # (least cosine similarity, largest |norm ratio - 1|) per precision, for every parameter tensor
-# whose reference gradient is not negligible. Calibrated on the CPU (tests/engine/
-# test_gradient_gate.py::test_calibration prints the figures) over gpt2-tiny, llama-tiny,
-# tiny-mlp and the Hugging Face tiny GPT-2 example, with SDPA or manual attention, the fused
-# kernels, checkpointing and compile. Worst seen (tensor):
-#   fp32: cosine 1 - 3e-7, norm ratio 1 +- 4e-6      (summation order only)
-#   bf16: cosine 0.9986,  norm ratio 1 +- 0.043       (tiny bias gradients of the first layers)
-# The tolerances leave about 10x that margin on the cosine deficit and 2x to 5x on the norm;
-# every injected fault lands far outside them (x2: ratio 2; zeroed: cosine 0; wrong sign:
-# cosine -1). tf32 and fp16 sit between fp32 and bf16 (10 mantissa bits); GPU kernels sum in
-# other orders than the CPU: the bf16 figures were also seen on the H200 (gpu_checks.sh).
+# whose reference gradient is not negligible. Measured with benchmarks/gradient_calibration.py
+# on the CPU over gpt2-tiny, llama-tiny and the Hugging Face tiny GPT-2 and Llama examples, each
+# fp32 and bf16, with manual or SDPA attention, full checkpointing, and all fused kernels. The
+# worst tensor seen (usually a norm's weight):
+#   fp32: cosine 1 - 5e-14, norm ratio 1 +- 1.3e-7  (summation order only)
+#   bf16: cosine 0.999985,  norm ratio 1 +- 0.006   (autocast matmuls)
+# On a GPU more runs in bf16 (flash attention, Inductor's fused kernels), so the bf16 tolerance
+# leaves room of about 1000x on the cosine deficit and 25x on the norm; the lead's GPU check
+# (gpu_checks.sh gradient-calibration) prints the H200's figures. Every injected fault lands far
+# outside any of them: x2 gives a norm ratio of 2, zeroed gradients a cosine of 0, a wrong sign
+# a cosine of -1. tf32 keeps 10 mantissa bits, between the two.
 GRADIENT_TOLERANCE = {
     "fp32": (0.9999, 1e-3),
-    "tf32": (0.999, 0.05),
-    "bf16": (0.985, 0.2),
-    "fp16": (0.99, 0.1),
+    "tf32": (0.999, 0.02),
+    "bf16": (0.98, 0.15),
+    "fp16": (0.995, 0.05),
 }
 
 NEGLIGIBLE = 1e-4
