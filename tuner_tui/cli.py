@@ -86,6 +86,7 @@ def build_parser() -> Parser:
     bench.add_argument("--store", metavar="FILE", help="the result store (default: "
                        "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     add_tune_parser(sub)
+    return parser
 
 
 def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
@@ -96,7 +97,6 @@ def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
                    help=f"{who} re-measured N times each, interleaved, each run in a fresh "
                         "process; a difference within the spread is a tie, won by the simpler "
                         "configuration (default 2; 0: off)")
-    return parser
 
 
 def add_tune_parser(sub) -> None:

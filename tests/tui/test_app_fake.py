@@ -464,19 +464,22 @@ def test_children_of_a_killed_worker_are_reaped():
 @async_test
 async def test_history_lists_stored_trials_and_reapplies_one(tmp_path, monkeypatch):
     from tuner_tui.app.screens.history import HistoryScreen
-    from tuner_tui.engine.store import ResultStore
+    from tuner_tui.engine.store import ResultStore, workload_key
 
     monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path))
     app, workers = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 1)
         tuned = TuneConfig().replace(precision="bf16", optimizer="fused")
+        # The key `tune` and `bench` store under, from the worker's description of the workload.
+        key = workload_key(app.session.workload)
         with ResultStore() as store:
             for config, tokens in ((TuneConfig(), 1000.0), (tuned, 2500.0)):
                 result = protocol.TrialResult(config=config.to_dict(), label=config.label(), status="ok", tokens_per_s=tokens)
-                store.record(result, app.session.environment, "gpt2-tiny", 20, 5)
-            # Another machine's trial is not this machine's history.
-            store.record(result, {"device": "cuda", "gpu_name": "other"}, "gpt2-tiny", 20, 5)
+                store.record(result, app.session.environment, key, 20, 5)
+            # Another machine's trial is not this machine's history, nor another seed's.
+            store.record(result, {"device": "cuda", "gpu_name": "other"}, key, 20, 5)
+            store.record(result, app.session.environment, key.replace("seed=0", "seed=1"), 20, 5)
         await pilot.press("h")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen))
         assert len(app.screen.trials) == 2

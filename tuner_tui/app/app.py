@@ -481,10 +481,13 @@ class GputuneApp(App[int]):
 
     # -- export ----------------------------------------------------------------------------------
     def export_target(self) -> tuple[str, ExportedConfig] | None:
-        """What `e` exports: the chosen leaderboard row, else the current configuration."""
+        """What `e` exports: the chosen leaderboard row, else the current configuration, unless
+        it failed the gradient gate (status numerics): then the fastest row that passed."""
         row = self._selected_row() if self._row_chosen else None
         environment = dict(self.session.environment)
         workload = str(self.session.workload.get("name", ""))
+        if row is None and getattr(self.session.current_result(), "status", "") == "numerics":
+            row = self.session.fastest_passed_row()
         if row is not None:
             config = TuneConfig.from_dict(row.result.config)
             what = f"run {row.number}: {row.result.label} ({row.result.status})"
@@ -525,16 +528,13 @@ class GputuneApp(App[int]):
         self._load_history(dict(self.session.environment), dict(self.session.workload))
 
     @work(thread=True, exclusive=True, group="history", exit_on_error=False)
-    def _load_history(self, environment: dict, workload_description: dict) -> None:
+    def _load_history(self, environment: dict, description: dict) -> None:
         """Reads the result store in a thread (SQLite may wait on a writer's lock)."""
-        trials: list = []
-        problem = ""
-        workload = str(workload_description.get("name", ""))
+        trials, problem, workload = [], "", ""
         try:
             from tuner_tui.engine.store import ResultStore, StoreError, workload_key
 
-            if workload:
-                workload = workload_key(workload_description)
+            workload = workload_key(description) if description.get("name") else ""
             try:
                 with ResultStore() as store:
                     trials = store.past(environment, workload or None, limit=500)

@@ -9,6 +9,7 @@ import statistics
 from typing import Sequence
 
 from strategies.config import TuneConfig
+from tuner_tui import format as fmt
 from tuner_tui.engine.protocol import TrialResult
 
 NOISY_SPREAD = 0.05
@@ -36,7 +37,7 @@ def spread(result: TrialResult) -> float | None:
 
 def spread_text(result: TrialResult) -> str:
     s = spread(result)
-    return "-" if s is None else f"±{s:.1%}"
+    return "-" if s is None else fmt.spread(s)
 
 
 def is_noisy(result: TrialResult) -> bool:
