@@ -123,6 +123,7 @@ class FakeWorker:
         result = protocol.TrialResult(
             config=c.to_dict(), label=c.label(), status="ok", workload="gpt2-tiny", device=self.caps.device,
             batch_size=8, sequence_length=128, tokens_per_s=speed, samples_per_s=speed / 128, step_ms=step_ms,
+            step_ms_q1=step_ms * 0.99, step_ms_q3=step_ms * 1.012,
             mfu=0.012 * speed / 10_000, mfu_peak_tflops=2.0, mfu_peak_source="cpu probe",
             peak_memory_bytes=(80 << 20), compile_s=compile_s or 0.05, measured_steps=20,
             loss_ok=True, loss_max_rel_error=0.001, loss_tolerance=0.01,
