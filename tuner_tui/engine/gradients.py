@@ -56,6 +56,11 @@ def canonical_name(name: str) -> str:
     return ".".join(parts)
 
 
+def _whole(g: torch.Tensor) -> torch.Tensor:
+    """A sharded gradient (FSDP2's DTensor) gathered whole; a plain one as it is."""
+    return g.full_tensor() if hasattr(g, "full_tensor") else g
+
+
 def collect(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter's gradient as fp32 on the CPU, keyed by its canonical name (a parameter
     without a gradient counts as zero)."""
@@ -66,7 +71,7 @@ def collect(model: nn.Module) -> dict[str, torch.Tensor]:
         g = p.grad
         grads[canonical_name(name)] = (
             torch.zeros(p.shape, dtype=torch.float32) if g is None
-            else g.detach().to("cpu", torch.float32, copy=True)
+            else _whole(g.detach()).to("cpu", torch.float32, copy=True)
         )
     return grads
 
@@ -97,7 +102,7 @@ def compare(reference: dict[str, torch.Tensor], model: nn.Module, precision: str
     for name, g in candidate.items():
         ref = reference[name].to(torch.float64)
         cand = (torch.zeros_like(ref) if g is None
-                else g.detach().to("cpu", torch.float64))
+                else _whole(g.detach()).to("cpu", torch.float64))
         ref_norm, cand_norm = float(ref.norm()), float(cand.norm())
         if not math.isfinite(cand_norm):
             worst = (math.inf, name, math.nan, math.nan)

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
 from tuner_tui import format as fmt
+from tuner_tui.engine.noise import spread
 
 
 def _when(created: float) -> str:
@@ -66,15 +67,18 @@ class HistoryScreen(ModalScreen[dict | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for header in ("when", "configuration", "tokens/s", "step ms", "MFU", "peak mem", "status"):
+        for header in ("when", "by", "configuration", "tokens/s", "step ms", "±", "MFU", "peak mem",
+                       "status"):
             table.add_column(header)
         for index, trial in enumerate(self.trials):
             r = trial.result
             table.add_row(
                 _when(trial.created),
+                Text(getattr(trial, "source", ""), style="dim"),
                 r.label,
                 Text(fmt.rate(r.tokens_per_s), justify="right"),
                 Text(fmt.milliseconds(r.step_ms), justify="right"),
+                Text(fmt.spread(spread(r)), justify="right"),
                 Text(fmt.fraction(r.mfu), justify="right"),
                 Text(fmt.size(r.peak_memory_bytes), justify="right"),
                 Text(r.status, style="green" if r.status == "ok" else "red"),
