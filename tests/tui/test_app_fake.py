@@ -268,6 +268,18 @@ async def test_a_config_that_keeps_killing_the_worker_falls_back_to_the_baseline
 
 
 @async_test
+async def test_a_row_that_failed_the_gradient_gate_is_not_the_default_export():
+    app, workers = make_app(TuneConfig().replace(precision="bf16"), fail={"bf16": "numerics"})
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        assert app.session.current_result().status == "numerics"
+        what, exported = app.export_target()
+        # The fastest row that passed, not the faster current one.
+        assert exported.config.precision == "fp32" and what.startswith("run 1:")
+        assert "numerics" in screen_text(app)
+
+
+@async_test
 async def test_export_writes_a_file_that_strategies_loads(tmp_path):
     start = TuneConfig().replace(precision="bf16", optimizer="foreach")
     app, workers = make_app(start)
