@@ -28,11 +28,8 @@ from tuner_tui.engine.reference import (
 from tuner_tui.engine.runner import (
     NextWorker, TrialPlan, best, run_one, runnable, start_worker,
 )
-from tuner_tui.engine.store import ResultStore, workload_key
+from tuner_tui.engine.store import REUSABLE, ResultStore, workload_key
 from tuner_tui.engine.table import summary
-
-REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "numerics")
-"""Statuses of stored rows that bench reuses (a crash may not happen again: measured again)."""
 
 
 def ladder() -> list[TuneConfig]:

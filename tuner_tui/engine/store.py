@@ -35,6 +35,10 @@ FINGERPRINT_KEYS = (
 """What makes two measurements comparable. The host name is left out on purpose: two machines
 with the same GPU, driver and software share results."""
 
+REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "numerics")
+"""Statuses of stored results that `bench` and `tune` reuse. A crash (a dead process, a
+timeout) may not happen again, so it is measured again."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY,

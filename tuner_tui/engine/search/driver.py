@@ -45,15 +45,16 @@ from tuner_tui.engine.search.memory import (
 from tuner_tui.engine.search.report import SearchOutcome, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
 from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
+from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, gputune_home, workload_key
 from tuner_tui.engine.table import summary
 
 TRIAL_GRACE_S = 300.0
 """The least time a trial started inside the time budget is given before it is stopped."""
 
-REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "numerics", "stopped")
-"""Statuses of stored trials that a later search reuses. A crash (a dead process, a timeout) may
-not happen again, so it is measured again."""
+REUSABLE = STORE_REUSABLE + ("stopped",)
+"""Statuses of stored trials that a later search reuses: the store's, and a trial stopped early
+as clearly slower than the best."""
 
 @dataclass
 class SearchPlan:
