@@ -54,8 +54,9 @@ case "${1:-}" in
     # Each row's spread (step ms quartiles) and the interleaved re-measurement of the leaders.
     export GPUTUNE_HOME=/tmp/gputune-home
     start=$(date +%s)
-    gputune tune --workload gpt2-124m --device cuda --fresh --budget-minutes 3 --steps 20 \
-      --search precision=fp32,bf16 --search attention=manual,sdpa \
+    # A small space (5 trials), so that the re-measurement (2-3 leaders x 2 runs) fits too.
+    gputune tune --workload gpt2-124m --device cuda --fresh --budget-minutes 2.5 --steps 20 \
+      --search precision=fp32,bf16 --set attention=sdpa \
       --search compile_mode=off,default --search optimizer=foreach,fused \
       --search fused_kernels=none --search batch_size=x1 --set checkpointing=off \
       --out "$OUT/tune-trust.toml" --json "$OUT/tune-trust.json" > "$OUT/tune-trust.log" 2>&1
