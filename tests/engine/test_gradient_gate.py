@@ -142,3 +142,27 @@ def test_a_numerics_row_is_never_recommended_or_exported_as_best():
     history.add(TuneConfig.from_dict(fast.config), fast)
     history.add(TuneConfig.from_dict(slow.config), slow)
     assert history.eligible() == [slow]
+
+
+def test_the_loss_check_alone_misses_a_x2_gradient_that_the_gate_catches():
+    """AdamW divides a uniform scale away: the first 8 losses match, the gradients do not."""
+    from tuner_tui.engine.reference import LOSS_CHECK_STEPS
+
+    name = "tests.engine.user_workloads:tiny_mlp"
+    workload = workloads.load(name, None, 0, None, "cpu")
+    reference = Trainer(workload=workload, config=TuneConfig.reference(), device="cpu", seed=0)
+    reference.build()
+    for _ in range(LOSS_CHECK_STEPS):
+        reference.step()
+    reference.finish()
+    losses = tuple(r.loss for r in reference.records)
+    reference.close()
+    client, _ = start_worker(WorkerSpec(workload=name, device="cpu",
+                                        fault_injection="grad:layer_norm:x2"))
+    try:
+        result = run_one(client, FUSED_LAYER_NORM, TrialPlan(steps=LOSS_CHECK_STEPS - 1, warmup_steps=1),
+                         losses, Progress(io.StringIO()))
+    finally:
+        client.stop()
+    assert result.loss_ok is True and result.loss_max_rel_error < 1e-3
+    assert result.status == "numerics" and result.grad_worst_norm_ratio == pytest.approx(2.0)
