@@ -24,12 +24,16 @@
 #             linear+CE swap inside HF's forward, fp8 against the same without), then
 #             `tune --max-memory 24GiB`                                             ~9 min
 #   fit-llama   issue 13 on llama-1b: the same levers and `tune --max-memory 24GiB`  ~9 min
+#   trust     issue 14: `gputune tune` on gpt2-124m, fresh, over a small space: the report shows
+#             each row's spread and the leaders re-measured interleaved         ~4.5 min
+#   gradients issue 14: the gradient gate's figures on the H200 (cosine, norm ratio per
+#             configuration against the fp32 reference), to check its tolerances  ~2 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -53,6 +57,22 @@ case "${1:-}" in
       --out "$OUT/tune-gpt2-124m.toml" --json "$OUT/tune-gpt2-124m.json" > "$OUT/tune-gpt2-124m.log" 2>&1
     echo "tune wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-gpt2-124m.log"
     grep -v "^\[" "$OUT/tune-gpt2-124m.log" | tail -40 ;;
+  trust)
+    # Each row's spread (step ms quartiles) and the interleaved re-measurement of the leaders.
+    export GPUTUNE_HOME=/tmp/gputune-home
+    start=$(date +%s)
+    # A small space (5 trials), so that the re-measurement (2-3 leaders x 2 runs) fits too.
+    gputune tune --workload gpt2-124m --device cuda --fresh --budget-minutes 2.5 --steps 20 \
+      --search precision=fp32,bf16 --set attention=sdpa \
+      --search compile_mode=off,default --search optimizer=foreach,fused \
+      --search fused_kernels=none --search batch_size=x1 --set checkpointing=off \
+      --out "$OUT/tune-trust.toml" --json "$OUT/tune-trust.json" > "$OUT/tune-trust.log" 2>&1
+    echo "tune wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-trust.log"
+    grep -v "^\[" "$OUT/tune-trust.log" | tail -40
+    python3 -c "import json; print(json.dumps(json.load(open('$OUT/tune-trust.json'))['remeasured'], indent=1))" ;;
+  gradients)
+    python3 benchmarks/gradient_calibration.py --device cuda --workloads gpt2-124m,llama-tiny,examples.hf_causal_lm:gpt2 \
+      2>&1 | grep -v Warning | tee "$OUT/gradient-calibration-h200.txt" ;;
   faults)
     # The dashboard on the GPU: its throughput beside bench, a screenshot, a real OOM, a SIGKILL.
     python3 benchmarks/gpu_dashboard.py --config benchmarks/configs/gpt2-cudagraphs-fused.toml \

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -35,6 +35,9 @@ class TunedRun:
     """The repeated blocks to checkpoint or compile one by one; None: found automatically."""
     accumulation_steps: int = 1
     """Micro-batches per optimizer step, set by `micro_batches`; `backward` divides by it."""
+    after_backward: Callable[[nn.Module], None] | None = None
+    """Called with the model once the gradients are complete (unscaled), before clipping and
+    the optimizer step: gputune's trainer checks the first step's gradients here."""
 
     def repeated_blocks(self) -> list[nn.Module]:
         from strategies.blocks import find_blocks
@@ -78,8 +81,10 @@ class TunedRun:
         if loss is not None:
             self.backward(loss)
         clip = self.config.grad_clip
-        if self.scaler is not None and clip > 0:
+        if self.scaler is not None and (clip > 0 or self.after_backward is not None):
             self.scaler.unscale_(self.optimizer)
+        if self.after_backward is not None:
+            self.after_backward(self.model)
         if clip > 0:
             from strategies.optimizer import clip_gradients
 

@@ -89,8 +89,21 @@ def build_parser() -> Parser:
                        "loss matched the reference (TOML or JSON by extension)")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
+    add_trust_options(bench, "before --export names the best, the two leaders (when close) are")
+    bench.add_argument("--store", metavar="FILE", help="the result store (default: "
+                       "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     add_tune_parser(sub)
     return parser
+
+
+def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
+    p.add_argument("--fresh", action="store_true", help="measure every configuration again "
+                   "instead of reusing results stored by this code on this machine (the new "
+                   "results are still stored)")
+    p.add_argument("--remeasure", type=int, default=2, metavar="N",
+                   help=f"{who} re-measured N times each, interleaved, each run in a fresh "
+                        "process; a difference within the spread is a tie, won by the simpler "
+                        "configuration (default 2; 0: off)")
 
 
 def add_tune_parser(sub) -> None:
@@ -127,6 +140,8 @@ def add_tune_parser(sub) -> None:
                       "recommendation as JSON")
     tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                       help="give up on a trial after this many seconds (default 900)")
+    add_trust_options(tune, "after the search, the leaders (up to 3 within a few spreads of "
+                      "the best) are")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -172,6 +187,9 @@ def check_measure_options(args) -> None:
     if not (math.isfinite(args.trial_timeout) and args.trial_timeout > 0):
         raise UsageError(f"--trial-timeout {args.trial_timeout:g} is out of range: a number of "
                          "seconds > 0")
+    if args.remeasure < 0:
+        raise UsageError(f"--remeasure {args.remeasure} is out of range: an integer >= 0 "
+                         "(0: off)")
 
 
 def check_output(path: str | None, flag: str, config_file: bool = False) -> None:
@@ -231,6 +249,7 @@ def describe_run(workload: dict, environment: dict) -> str:
 
 def cmd_bench(args) -> int:
     from tuner_tui.engine import bench, runner, table
+    from tuner_tui.engine.noise import noise_lines
 
     check_run_options(args)
     check_measure_options(args)
@@ -247,25 +266,41 @@ def cmd_bench(args) -> int:
         configs = bench.ladder()
     bench.apply_overrides(configs, overrides)  # a bad combination stops here, before any worker
     plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
-                           trial_timeout_s=args.trial_timeout, overrides=overrides)
+                           trial_timeout_s=args.trial_timeout, overrides=overrides,
+                           remeasure_repeats=args.remeasure, fresh=args.fresh)
     def save_rows(results, environment, workload) -> None:
         bench.write_json(args.json, results, environment, workload, plan)
 
+    from tuner_tui.engine.store import ResultStore, StoreError
+
+    try:
+        store = ResultStore(args.store)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
     try:
         results, environment, workload = bench.run_bench(
-            plan, strict=strict, on_result=save_rows if args.json else None
+            plan, strict=strict, on_result=save_rows if args.json else None, store=store
         )
     except runner.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
+    finally:
+        store.close()
     print("\n" + describe_run(workload, environment))
     # The results first: nothing measured is lost if printing fails.
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
     print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
+    for line in noise_lines(results):
+        print(line)
     if args.json:
         print(f"wrote {args.json}")
     top = runner.best(results)
     if args.export:
+        top, verdict = bench.remeasure_best(plan, results)
+        if verdict is not None:
+            print(verdict.text())
+            if args.json:
+                bench.write_json(args.json, results, environment, workload, plan, verdict)
         if top is None:
             print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
             return 1
@@ -312,6 +347,7 @@ def cmd_tune(args) -> int:
         budget_s=args.budget_minutes * 60 if 0 < args.budget_minutes < math.inf else None,
         trial_timeout_s=args.trial_timeout,
         fixed=overrides, choices=choices, compare=[read(path).config for path in args.compare],
+        remeasure_repeats=args.remeasure, fresh=args.fresh,
     )
     try:
         store = ResultStore(args.store)

@@ -45,6 +45,11 @@ def milliseconds(value: float | None) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
+def spread(value: float | None) -> str:
+    """A relative spread: ±1.2%."""
+    return UNKNOWN if value is None else f"±{100 * value:.1f}%"
+
+
 def seconds(value: float | None) -> str:
     if value is None:
         return UNKNOWN

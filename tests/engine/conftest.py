@@ -1,5 +1,6 @@
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -13,6 +14,9 @@ def run_gputune(*args, timeout=600, cwd=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TRITON_INTERPRET", None)
+    # bench and tune record in the result store and reuse what it holds: a fresh one per call,
+    # unless the test chose one, so no run reuses another test's (or another session's) rows.
+    env.setdefault("GPUTUNE_HOME", tempfile.mkdtemp(prefix="gputune-test-home-"))
     return subprocess.run(
         [sys.executable, "-m", "tuner_tui.cli", *args],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,

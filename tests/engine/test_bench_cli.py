@@ -79,3 +79,50 @@ def test_bench_hands_over_each_row_as_it_is_measured():
     assert seen == [(["plain"], torch_version, "gpt2-tiny"),
                     (["plain", "foreach"], torch_version, "gpt2-tiny")]
     assert [r.status for r in results] == ["ok", "ok"]
+
+
+def test_bench_records_in_the_store_reuses_it_and_fresh_measures_again(gputune, tmp_path):
+    from tuner_tui.engine.store import ResultStore
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[config]\noptimizer = 'foreach'\n")
+    store = tmp_path / "s.sqlite3"
+    args = ["bench", "--device", "cpu", "--workload", "tests.engine.user_workloads:tiny_mlp",
+            "--config", str(cfg), "--steps", "2", "--warmup", "1", "--store", str(store)]
+    first = gputune(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "reused from the store" not in first.stdout and "spread" in first.stdout
+    with ResultStore(store) as s:
+        (row,) = s.past()
+    assert row.source == "bench" and row.workload == "tiny-mlp seq=1 seed=0 synthetic"
+    assert row.fingerprint["code"] and row.fingerprint["gputune"]
+    again = gputune(*args)
+    assert again.returncode == 0 and "reused from the store (--fresh measures again)" in again.stdout
+    fresh = gputune(*args, "--fresh")
+    assert fresh.returncode == 0 and "reused from the store" not in fresh.stdout
+    with ResultStore(store) as s:
+        (newer,) = s.past()
+    assert newer.created > row.created
+
+
+def test_bench_re_measures_the_two_leaders_interleaved_before_naming_the_best():
+    import io
+
+    from strategies.config import TuneConfig
+    from tuner_tui.engine import bench
+    from tuner_tui.engine.protocol import TrialResult, WorkerSpec
+
+    # Two rows 1% apart: one measurement cannot order them.
+    plain, foreach = TuneConfig(), TuneConfig().replace(optimizer="foreach")
+    rows = [TrialResult(config=c.to_dict(), label=c.label(), status="ok", tokens_per_s=t,
+                        step_ms=1.0, step_ms_q1=0.99, step_ms_q3=1.01)
+            for c, t in ((foreach, 1010.0), (plain, 1000.0))]
+    plan = bench.BenchPlan(WorkerSpec(workload="tests.engine.user_workloads:tiny_mlp", device="cpu"),
+                           [], steps=2, warmup_steps=1, remeasure_repeats=1)
+    out = io.StringIO()
+    top, verdict = bench.remeasure_best(plan, rows, out)
+    assert [c.label for c in verdict.candidates] == [rows[0].label, rows[1].label]
+    assert all(len(c.repeats) == 1 and c.repeats[0].status == "ok" for c in verdict.candidates)
+    assert all(c.repeats[0].grad_ok is True for c in verdict.candidates)  # gated again
+    assert top is verdict.winner and top in rows
+    assert "re-measuring the leaders" in out.getvalue()

@@ -13,7 +13,8 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.store import ResultStore, StoreError, default_path, fingerprint
 
 H200 = {"device": "cuda", "gpu_name": "NVIDIA H200", "gpu_count": 1, "driver": "580.159.04",
-        "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "a", "cpu": "x86_64"}
+        "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "a", "cpu": "x86_64",
+        "gputune": "0.1.0", "code": "0123456789abcdef"}
 
 
 def _result(tokens_per_s=1000.0, **config) -> TrialResult:
@@ -47,7 +48,8 @@ def test_measuring_again_replaces_and_past_lists_this_machine_newest_first(tmp_p
         assert [p.result.tokens_per_s for p in past] == [3.0, 2.0]
         assert store.past(H200, workload="other") == []
         assert len(store.past()) == 3
-    keys = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+    keys = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "gputune",
+            "code")
     assert fingerprint(H200) == {k: H200[k] for k in keys}
 
 
@@ -65,6 +67,60 @@ def test_wal_mode_default_path_and_a_newer_schema(tmp_path, monkeypatch):
     (tmp_path / "junk.sqlite3").write_bytes(b"not a database at all" * 100)
     with pytest.raises(StoreError, match="cannot open"):
         ResultStore(tmp_path / "junk.sqlite3")
+
+
+def test_results_of_other_code_or_an_older_schema_are_never_reused(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    # A store written by schema 1: rows keyed without the code hash or gputune's version.
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE trials (id INTEGER PRIMARY KEY, workload TEXT, config TEXT, "
+               "steps INTEGER, warmup_steps INTEGER, fingerprint TEXT, result TEXT)")
+    db.execute("INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, result) "
+               "VALUES ('w', '{}', 20, 5, '{}', '{}')")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with ResultStore(path) as store:
+        assert len(store) == 0 and store.past() == []
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        store.record(_result(), H200, "w", 20, 5)
+        assert store.lookup("w", _result().config, 20, 5, H200) is not None
+        for key, other in (("code", "fedcba9876543210"), ("gputune", "0.2.0"), ("torch", "2.14"),
+                           ("triton", "3.7"), ("cuda", "13.1"), ("driver", "590"),
+                           ("gpu_name", "NVIDIA A100")):
+            assert store.lookup("w", _result().config, 20, 5, {**H200, key: other}) is None, key
+    cpu = {"device": "cpu", "cpu": "AMD EPYC 9654", "cpu_count": 2, "code": "1", "gputune": "0.1.0"}
+    assert fingerprint(cpu) != fingerprint({**cpu, "cpu": "Intel Xeon 8480"})
+
+
+def test_the_code_hash_covers_kernels_strategies_and_the_trial_code():
+    from tuner_tui.engine.code_version import code_files, code_hash
+
+    names = [name for name, _ in code_files()]
+    for expected in ("kernels/layer_norm.py", "strategies/compose.py", "tuner_tui.engine/trial.py",
+                     "tuner_tui.engine/worker.py", "tuner_tui.engine/gradients.py",
+                     "tuner_tui.engine.workloads/gpt.py"):
+        assert expected in names
+    assert len(code_hash()) == 16 and code_hash() == code_hash()
+
+
+def test_a_worker_describes_its_machine_code_and_workload_key(tmp_path):
+    from tuner_tui.engine.code_version import code_hash
+    from tuner_tui.engine.runner import start_worker
+    from tuner_tui.engine.protocol import WorkerSpec
+    from tuner_tui.engine.store import workload_key
+
+    data = tmp_path / "corpus.txt"
+    data.write_text("hello world " * 400)
+    client, ready = start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu", seed=3,
+                                            data=str(data)))
+    client.stop()
+    env = ready.environment
+    assert env["code"] == code_hash() and env["gputune"] and env["cpu"]
+    # One key for what tune and bench store and what the dashboard's `h` asks for.
+    assert workload_key(ready.workload) == f"gpt2-tiny seq=64 seed=3 data={data.resolve()}"
+    assert workload_key({**ready.workload, "data": None, "seed": 0}) == \
+        "gpt2-tiny seq=64 seed=0 synthetic"
 
 
 WRITER = textwrap.dedent("""

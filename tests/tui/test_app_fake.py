@@ -268,6 +268,18 @@ async def test_a_config_that_keeps_killing_the_worker_falls_back_to_the_baseline
 
 
 @async_test
+async def test_a_row_that_failed_the_gradient_gate_is_not_the_default_export():
+    app, workers = make_app(TuneConfig().replace(precision="bf16"), fail={"bf16": "numerics"})
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        assert app.session.current_result().status == "numerics"
+        what, exported = app.export_target()
+        # The fastest row that passed, not the faster current one.
+        assert exported.config.precision == "fp32" and what.startswith("run 1:")
+        assert "numerics" in screen_text(app)
+
+
+@async_test
 async def test_export_writes_a_file_that_strategies_loads(tmp_path):
     start = TuneConfig().replace(precision="bf16", optimizer="foreach")
     app, workers = make_app(start)
@@ -464,19 +476,22 @@ def test_children_of_a_killed_worker_are_reaped():
 @async_test
 async def test_history_lists_stored_trials_and_reapplies_one(tmp_path, monkeypatch):
     from tuner_tui.app.screens.history import HistoryScreen
-    from tuner_tui.engine.store import ResultStore
+    from tuner_tui.engine.store import ResultStore, workload_key
 
     monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path))
     app, workers = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 1)
         tuned = TuneConfig().replace(precision="bf16", optimizer="fused")
+        # The key `tune` and `bench` store under, from the worker's description of the workload.
+        key = workload_key(app.session.workload)
         with ResultStore() as store:
             for config, tokens in ((TuneConfig(), 1000.0), (tuned, 2500.0)):
                 result = protocol.TrialResult(config=config.to_dict(), label=config.label(), status="ok", tokens_per_s=tokens)
-                store.record(result, app.session.environment, "gpt2-tiny", 20, 5)
-            # Another machine's trial is not this machine's history.
-            store.record(result, {"device": "cuda", "gpu_name": "other"}, "gpt2-tiny", 20, 5)
+                store.record(result, app.session.environment, key, 20, 5)
+            # Another machine's trial is not this machine's history, nor another seed's.
+            store.record(result, {"device": "cuda", "gpu_name": "other"}, key, 20, 5)
+            store.record(result, app.session.environment, key.replace("seed=0", "seed=1"), 20, 5)
         await pilot.press("h")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen))
         assert len(app.screen.trials) == 2

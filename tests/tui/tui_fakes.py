@@ -47,7 +47,7 @@ def speed_of(config: dict) -> float:
 
 class FakeWorker:
     """An event source with the real worker's manners. `fail` maps a precision to a failure kind
-    (e.g. {"fp16": "diverged"}) to script faults; `kill()` makes it die like a SIGKILLed process."""
+    (e.g. {"fp16": "diverged"}, or "numerics": it runs but fails the gradient gate) to script faults; `kill()` makes it die like a SIGKILLed process."""
 
     def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None):
         self.caps = caps
@@ -104,7 +104,7 @@ class FakeWorker:
             compile_s = 12.5
             events += [protocol.CompileStarted(run), protocol.CompileFinished(run, compile_s)]
         kind = self.fail.get(c.precision)
-        if kind:
+        if kind and kind != "numerics":  # numerics: it runs, but its gradients are off
             events.append(protocol.RunFailed(run, kind, f"{kind} injected by the fake worker"))
             self._emit(*events)
             return
@@ -121,11 +121,13 @@ class FakeWorker:
                 )
             )
         result = protocol.TrialResult(
-            config=c.to_dict(), label=c.label(), status="ok", workload="gpt2-tiny", device=self.caps.device,
+            config=c.to_dict(), label=c.label(), status=kind or "ok", workload="gpt2-tiny", device=self.caps.device,
             batch_size=8, sequence_length=128, tokens_per_s=speed, samples_per_s=speed / 128, step_ms=step_ms,
+            step_ms_q1=step_ms * 0.99, step_ms_q3=step_ms * 1.012,
             mfu=0.012 * speed / 10_000, mfu_peak_tflops=2.0, mfu_peak_source="cpu probe",
             peak_memory_bytes=(80 << 20), compile_s=compile_s or 0.05, measured_steps=20,
-            loss_ok=True, loss_max_rel_error=0.001, loss_tolerance=0.01,
+            loss_ok=True, loss_max_rel_error=0.001, loss_tolerance=0.01, grad_ok=kind != "numerics",
+            message="first-step gradients differ from the fp32 reference: ln_f.weight" if kind else "",
         )
         events.append(protocol.TrialFinished(run, result))
         self._emit(*events)

@@ -354,16 +354,16 @@ class GputuneApp(App[int]):
         if self.session.capabilities is None:
             self.notify("The worker is not ready yet: the history is per machine.", severity="warning")
             return
-        self._load_history(dict(self.session.environment), str(self.session.workload.get("name", "")))
+        self._load_history(dict(self.session.environment), dict(self.session.workload))
 
     @work(thread=True, exclusive=True, group="history", exit_on_error=False)
-    def _load_history(self, environment: dict, workload: str) -> None:
+    def _load_history(self, environment: dict, description: dict) -> None:
         """Reads the result store in a thread (SQLite may wait on a writer's lock)."""
-        trials: list = []
-        problem = ""
+        trials, problem, workload = [], "", ""
         try:
-            from tuner_tui.engine.store import ResultStore, StoreError
+            from tuner_tui.engine.store import ResultStore, StoreError, workload_key
 
+            workload = workload_key(description) if description.get("name") else ""
             try:
                 with ResultStore() as store:
                     trials = store.past(environment, workload or None, limit=500)

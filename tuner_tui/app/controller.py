@@ -251,10 +251,13 @@ class Controller:
     # -- export and history ----------------------------------------------------------------------
     def export_target(self, row: Row | None, shown: TuneConfig) -> tuple[str, ExportedConfig]:
         """What `e` exports: `row` (the chosen leaderboard row), else the current run's
-        configuration (or the last requested, else `shown`, the options panel's applied one).
+        configuration (or the last requested, else `shown`, the options panel's applied one),
+        unless that failed the gradient gate (status numerics): then the fastest row that passed.
         Raises ConfigError when the row's configuration does not parse."""
         environment = dict(self.session.environment)
         workload = str(self.session.workload.get("name", ""))
+        if row is None and getattr(self.session.current_result(), "status", "") == "numerics":
+            row = self.session.fastest_passed_row()
         if row is not None:
             config = TuneConfig.from_dict(row.result.config)
             what = f"run {row.number}: {row.result.label} ({row.result.status})"

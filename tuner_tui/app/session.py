@@ -163,6 +163,11 @@ class Session:
         """What the workload counts per sample: tokens for the language models."""
         return str(self.workload.get("item_name") or "tokens")
 
+    def fastest_passed_row(self) -> Row | None:
+        """The fastest row that ran and passed the loss and gradient checks (status ok)."""
+        passed = [r for r in self.rows if r.ok and r.result.tokens_per_s]
+        return max(passed, key=lambda r: r.result.tokens_per_s) if passed else None
+
     def current_result(self) -> protocol.TrialResult | None:
         row = self.row_for_run(self.run_id)
         return row.result if row else None

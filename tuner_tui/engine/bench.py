@@ -3,7 +3,9 @@
 The parent process imports no torch: it validates the configurations, starts one worker per
 configuration (so no configuration inherits another's compiled graphs, allocator state or
 global flags), shows progress, and prints and saves the table. Running one trial is
-`runner.run_one`; the table is `table.format_table`.
+`runner.run_one`; the table is `table.format_table`. Every row is recorded in the result store,
+and a row measured before with the same code, machine and steps is reused unless `fresh`. Before
+`--export` names the best, the two leaders are re-measured interleaved (`remeasure.py`).
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from typing import Callable, TextIO
 from strategies.config import ConfigError, TuneConfig
 from strategies.files import write_atomic
 from strategies.registry import Capabilities
-from tuner_tui.engine import protocol
+from tuner_tui.engine import protocol, remeasure
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
+from tuner_tui.engine.runner import (
+    NextWorker, TrialPlan, best, run_one, runnable, start_worker,
+)
 from tuner_tui.engine.search.memory import estimate
-from tuner_tui.engine.runner import NextWorker, TrialPlan, run_one, runnable, start_worker
+from tuner_tui.engine.store import REUSABLE, ResultStore, workload_key
 from tuner_tui.engine.table import summary
 
 
@@ -104,6 +109,10 @@ class BenchPlan:
     warmup_steps: int = 5
     trial_timeout_s: float = 900.0
     overrides: dict = field(default_factory=dict)
+    remeasure_repeats: int = remeasure.REPEATS
+    """Interleaved runs of each of the two leaders before `--export` names the best; 0: none."""
+    fresh: bool = False
+    """Measure every row again instead of reusing the store's."""
 
     def trial_plan(self) -> TrialPlan:
         return TrialPlan(self.steps, self.warmup_steps, self.trial_timeout_s)
@@ -118,13 +127,15 @@ def run_bench(
     out: TextIO = sys.stdout,
     strict: bool = True,
     on_result: Callable[[list[protocol.TrialResult], dict, dict], None] | None = None,
+    store: ResultStore | None = None,
 ) -> tuple[list[protocol.TrialResult], dict, dict]:
     """Measure every configuration of the plan. Returns (results, environment, workload).
 
     With strict (configurations the user named), a configuration this machine cannot run is a
     ConfigError before anything runs; otherwise (presets) such rows are skipped with a note.
     `on_result(results so far, environment, workload)` is called after each row, so that a
-    bench cut short (a timeout, a killed terminal) keeps the rows it measured.
+    bench cut short (a timeout, a killed terminal) keeps the rows it measured. With a `store`,
+    rows are recorded there and (unless `plan.fresh`) reused from it.
     """
     progress = Progress(out)
     client, ready = start_worker(plan.spec)
@@ -153,7 +164,8 @@ def run_bench(
     try:
         for index, config in enumerate(configs, start=1):
             key = reference_key(config, default_batch)
-            if key not in references and not computes_reference(config):
+            stored = _stored(store, plan, config, ready)
+            if stored is None and key not in references and not computes_reference(config):
                 progress.begin(index, total, f"fp32 reference losses (batch {key[0]})")
                 next_worker.begin(client)
                 ref = run_one(
@@ -165,28 +177,85 @@ def run_bench(
                 client.stop()
                 client, _ = next_worker.take()
             progress.begin(index, total, config.label())
-            if index < total:
-                next_worker.begin(client)
-            estimated = estimate(config, results, default_batch)
-            result = run_one(client, config, plan.trial_plan(), references.get(key, ()), progress)
-            if estimated is not None:
-                result = replace(result, memory_estimate=estimated.to_dict())
+            item_name = workload.get("item_name", "tokens")
+            if stored is not None:
+                result = stored
+                progress.end("reused from the store (--fresh measures again): "
+                             + summary(result, item_name))
+            else:
+                if index < total:
+                    next_worker.begin(client)
+                estimated = estimate(config, results, default_batch)
+                result = run_one(client, config, plan.trial_plan(), references.get(key, ()), progress)
+                if estimated is not None:
+                    result = replace(result, memory_estimate=estimated.to_dict())
+                if store is not None:
+                    store.record(result, ready.environment, workload_key(workload), plan.steps,
+                                 plan.warmup_steps, source="bench")
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
-            progress.end(summary(result, workload.get("item_name", "tokens")))
+            if stored is None:
+                progress.end(summary(result, item_name))
             if on_result is not None:
                 on_result(results, ready.environment, workload)
-            client.stop()
-            if index < total:
-                client, _ = next_worker.take()
+            if stored is None:
+                client.stop()
+                if index < total:
+                    client, _ = next_worker.take()
     finally:
         client.stop()
         next_worker.close()
     return results, ready.environment, workload
 
 
-def write_json(path: str | Path, results, environment: dict, workload: dict, plan: BenchPlan) -> None:
+def _stored(store: ResultStore | None, plan: BenchPlan, config: TuneConfig,
+            ready: protocol.WorkerReady) -> protocol.TrialResult | None:
+    if store is None or plan.fresh:
+        return None
+    found = store.lookup(workload_key(ready.workload), config.to_dict(), plan.steps,
+                         plan.warmup_steps, ready.environment)
+    return found.result if found is not None and found.result.status in REUSABLE else None
+
+
+def remeasure_best(
+    plan: BenchPlan, results: list[protocol.TrialResult], out: TextIO = sys.stdout,
+) -> tuple[protocol.TrialResult | None, remeasure.Verdict | None]:
+    """The best row, after re-measuring the two leaders interleaved (each run in a fresh
+    worker, few steps) when they lie close enough that one measurement cannot order them."""
+    eligible = [r for r in results if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False]
+    leading = remeasure.leaders(eligible, limit=2)
+    if plan.remeasure_repeats < 1 or len(leading) < 2:
+        return best(results), None
+    progress = Progress(out)
+    trial = TrialPlan(remeasure.repeat_steps(plan.steps), plan.warmup_steps, plan.trial_timeout_s)
+    next_worker = NextWorker(plan.spec)
+    client, _ = start_worker(plan.spec)
+
+    def run(config: TuneConfig, index: int, total: int) -> protocol.TrialResult:
+        nonlocal client
+        progress.begin(index, total, config.label(), "re-measuring the leaders, interleaved")
+        if index < total:
+            next_worker.begin(client)
+        result = run_one(client, config, trial, (), progress)
+        progress.end(summary(result))
+        client.stop()
+        if index < total:
+            client, _ = next_worker.take()
+        return result
+
+    try:
+        verdict = remeasure.remeasure(leading, run, plan.remeasure_repeats)
+    finally:
+        client.stop()
+        next_worker.close()
+    if verdict is None or verdict.winner is None:
+        return best(results), verdict
+    return verdict.winner, verdict
+
+
+def write_json(path: str | Path, results, environment: dict, workload: dict, plan: BenchPlan,
+               remeasured: remeasure.Verdict | None = None) -> None:
     doc = {
         "tool": "gputune bench",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -195,5 +264,6 @@ def write_json(path: str | Path, results, environment: dict, workload: dict, pla
         "warmup_steps": plan.warmup_steps,
         "environment": environment,
         "results": [r.to_dict() for r in results],
+        "remeasured": remeasured.to_dict() if remeasured is not None else None,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")

@@ -11,6 +11,8 @@ import socket
 import torch
 
 from strategies.registry import Capabilities
+from tuner_tui import __version__
+from tuner_tui.engine.code_version import code_hash
 
 
 def _nvml_driver() -> str | None:
@@ -36,6 +38,19 @@ def _triton_version() -> str | None:
         return None
 
 
+def cpu_model() -> str:
+    """The processor's marketing name where the OS tells it (platform.processor() is often only
+    the architecture on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -55,7 +70,9 @@ def fingerprint(device: str) -> dict:
         "triton": _triton_version(),
         "python": platform.python_version(),
         "host": socket.gethostname(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "gputune": __version__,
+        "code": code_hash(),
         "cpu_count": os.cpu_count(),
     }
     if device == "cuda" and torch.cuda.is_available():

@@ -28,7 +28,9 @@ class WorkerSpec:
     """Test hook: "oom" makes every build raise torch's real OutOfMemoryError path;
     "oom-above:N" does so only for batch sizes above N, and "oom-above:N:fp32" only for those
     of one precision (fp32 needs the most memory: its reference may not fit where bf16 does);
-    "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang)."""
+    "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang);
+    "grad:<kernel>:<fault>" breaks one kernel's backward (engine/faults.py), for the tests of
+    the gradient gate."""
     environ: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker before it imports torch (e.g. the Inductor
     cache directory that the search's trials share)."""
@@ -126,9 +128,9 @@ class StepMeasured:
 
 MEASURED_KEYS = (
     "status", "tokens_per_s", "samples_per_s", "step_ms", "step_ms_min", "step_ms_max",
-    "mfu", "mfu_peak_tflops", "mfu_peak_source", "peak_memory_bytes", "peak_reserved_bytes",
+    "step_ms_q1", "step_ms_q3", "mfu", "mfu_peak_tflops", "mfu_peak_source", "peak_memory_bytes", "peak_reserved_bytes",
     "compile_s", "warmup_s", "measured_steps", "batch_size", "sequence_length", "device",
-    "loss_ok", "loss_max_rel_error",
+    "loss_ok", "loss_max_rel_error", "grad_ok", "grad_min_cosine",
 )
 """The figures of a `TrialResult` that travel with an exported configuration."""
 
@@ -141,7 +143,8 @@ class TrialResult:
     label: str
     status: str
     """ok, oom, diverged, compile, crash, invalid, loss-mismatch (ran, but the loss left the
-    tolerance of the fp32 reference), stopped (stopped early as clearly slower than the best),
+    tolerance of the fp32 reference), numerics (ran, but the first step's gradients left the
+    tolerance of the fp32 reference's; the message names the worst tensor), stopped (stopped early as clearly slower than the best),
     skipped (not run: the search estimated it would not fit in the memory budget)."""
     workload: str = ""
     device: str = ""
@@ -152,6 +155,9 @@ class TrialResult:
     step_ms: float | None = None
     step_ms_min: float | None = None
     step_ms_max: float | None = None
+    step_ms_q1: float | None = None
+    step_ms_q3: float | None = None
+    """Quartiles of the measured steps' times: the spread behind the median (noise.spread)."""
     mfu: float | None = None
     mfu_peak_tflops: float | None = None
     mfu_peak_source: str = ""
@@ -167,6 +173,12 @@ class TrialResult:
     loss_ok: bool | None = None
     loss_max_rel_error: float | None = None
     loss_tolerance: float | None = None
+    grad_ok: bool | None = None
+    """The first step's gradients against the fp32 reference's (gradients.compare); None:
+    not compared."""
+    grad_worst_tensor: str = ""
+    grad_min_cosine: float | None = None
+    grad_worst_norm_ratio: float | None = None
     message: str = ""
     strategy_report: dict = field(default_factory=dict)
     """What each strategy did, e.g. {"fused_kernels": {"layer_norm": 25}}."""

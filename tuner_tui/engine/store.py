@@ -1,9 +1,12 @@
 """The result store: every trial `gputune tune` measured, kept in SQLite.
 
-A result is keyed by the workload, the configuration (canonical JSON of `TuneConfig.to_dict()`),
-the number of measured and warm-up steps, and the fingerprint of the machine (GPU, driver, torch,
-triton, device), so a second search on the same machine reuses what it measured, and the
-dashboard can list what was measured here before.
+A result is keyed by the workload (`workload_key`: name, sequence length, seed, data), the
+configuration (canonical JSON of `TuneConfig.to_dict()`), the number of measured and warm-up
+steps, and the fingerprint of the machine and the code (gputune's version and a hash of its
+kernels, strategies and trial code, torch, triton, CUDA, driver, the GPU or the CPU model), so a
+second search on the same machine with the same code reuses what it measured (`--fresh` measures
+again), and the dashboard can list what was measured here before. `tune` and `bench` both record.
+A result measured by other code or on another machine never matches.
 
 The database runs in WAL mode and every write is one transaction: a process killed in the middle
 of a write leaves the previous state, never a half-written row. Torch-free (the parent process
@@ -24,19 +27,28 @@ from typing import Any, Callable, Mapping
 from tuner_tui.engine.paths import gputune_home
 from tuner_tui.engine.protocol import TrialResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: results keyed by the code hash and gputune's version too, in a new table; the rows of
+schema 1 (table `trials`), keyed without them, are left in the file and never read."""
 
 LOCK_WAIT_S = 120.0
 """How long a write waits, with back-off, for another process's lock before the trial is kept
 only in memory (the report, the JSON and the export still have it)."""
 
-FINGERPRINT_KEYS = ("device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton")
+FINGERPRINT_KEYS = (
+    "device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "gputune", "code",
+)
 """What makes two measurements comparable. The host name is left out on purpose: two machines
 with the same GPU, driver and software share results."""
 
+REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "numerics")
+"""Statuses of stored results that `bench` and `tune` reuse. A crash (a dead process, a
+timeout) may not happen again, so it is measured again."""
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS trials (
+CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
     workload TEXT NOT NULL,
     config TEXT NOT NULL,
     steps INTEGER NOT NULL,
@@ -51,7 +63,7 @@ CREATE TABLE IF NOT EXISTS trials (
     created REAL NOT NULL,
     UNIQUE (workload, config, steps, warmup_steps, fingerprint)
 );
-CREATE INDEX IF NOT EXISTS trials_by_fingerprint ON trials (fingerprint, workload);
+CREATE INDEX IF NOT EXISTS results_by_fingerprint ON results (fingerprint, workload);
 """
 
 
@@ -62,6 +74,15 @@ def default_path() -> Path:
 def canonical_json(value: Any) -> str:
     """One text per value: sorted keys, no spaces, so equal configurations are equal keys."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def workload_key(workload: Mapping) -> str:
+    """What makes two runs of a workload the same: its name, sequence length, seed and data,
+    from a `WorkerReady.workload` (the worker adds the seed and the resolved data path). The
+    one key `tune` and `bench` store under and the dashboard's history asks for."""
+    data = f"data={workload['data']}" if workload.get("data") else "synthetic"
+    return (f"{workload['name']} seq={workload.get('items_per_sample')} "
+            f"seed={workload.get('seed', 0)} {data}")
 
 
 def fingerprint(environment: Mapping) -> dict:
@@ -78,6 +99,8 @@ def fingerprint(environment: Mapping) -> dict:
 class StoredTrial:
     """One row of the store."""
 
+    source: str
+    """The command that measured it: tune or bench."""
     workload: str
     config: dict
     steps: int
@@ -185,9 +208,11 @@ class ResultStore:
         workload: str,
         steps: int,
         warmup_steps: int,
+        source: str = "tune",
     ) -> None:
         """Keep one trial; a trial measured again with the same key replaces the older row."""
         row = (
+            source,
             workload,
             canonical_json(result.config),
             steps,
@@ -204,11 +229,12 @@ class ResultStore:
         def write() -> None:
             with self._transaction():
                 self._db.execute(
-                    "INSERT INTO trials (workload, config, steps, warmup_steps, fingerprint, label, "
-                    "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "INSERT INTO results (source, workload, config, steps, warmup_steps, "
+                    "fingerprint, label, status, tokens_per_s, peak_memory_bytes, result, "
+                    "environment, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
-                    "label = excluded.label, status = excluded.status, "
+                    "source = excluded.source, label = excluded.label, status = excluded.status, "
                     "tokens_per_s = excluded.tokens_per_s, "
                     "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
                     "environment = excluded.environment, created = excluded.created",
@@ -229,7 +255,7 @@ class ResultStore:
         if there is none, or if the store cannot say (then `on_problem` is told why)."""
         def read() -> StoredTrial | None:
             cur = self._db.execute(
-                "SELECT * FROM trials WHERE workload = ? AND config = ? AND steps = ? "
+                "SELECT * FROM results WHERE workload = ? AND config = ? AND steps = ? "
                 "AND warmup_steps = ? AND fingerprint = ?",
                 (workload, canonical_json(dict(config)), steps, warmup_steps,
                  canonical_json(fingerprint(environment))),
@@ -258,7 +284,7 @@ class ResultStore:
         if workload is not None:
             where.append("workload = ?")
             args.append(workload)
-        sql = "SELECT * FROM trials"
+        sql = "SELECT * FROM results"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created DESC, id DESC LIMIT ?"
@@ -276,7 +302,7 @@ class ResultStore:
         return kept
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
 
 def _why(exc: sqlite3.Error) -> str:
@@ -310,6 +336,7 @@ class _Transaction:
 def _stored(cursor: sqlite3.Cursor, row: tuple) -> StoredTrial:
     d = dict(zip((c[0] for c in cursor.description), row))
     return StoredTrial(
+        source=d["source"],
         workload=d["workload"],
         config=json.loads(d["config"]),
         steps=d["steps"],

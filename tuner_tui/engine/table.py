@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
+from tuner_tui.engine.noise import is_noisy, spread_text
 from tuner_tui.engine.protocol import measured_peak
 
 
 def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
     if r.status == "ok" and r.tokens_per_s:
-        text = f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step"
+        noisy = " (noisy)" if is_noisy(r) else ""
+        text = (f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step "
+                f"{spread_text(r)}{noisy}")
         if r.per_rank:
             ranks = len(r.per_rank)
             text += (f" (slowest of {ranks} ranks; global batch {r.batch_size} = {ranks} x "
@@ -32,7 +35,7 @@ def format_table(
     where it rests on a saving not measured yet (such an estimate never skips a trial)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
-               "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
+               "spread", "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
         ratio = f"{r.tokens_per_s / base:.2f}x" if (r.tokens_per_s and base) else "-"
@@ -44,6 +47,7 @@ def format_table(
             fmt.si(r.tokens_per_s) if r.tokens_per_s else "-",
             ratio,
             f"{r.step_ms:.1f}" if r.step_ms else "-",
+            spread_text(r) + ("!" if is_noisy(r) else ""),
             f"{r.mfu:.1%}" if r.mfu is not None else "-",
             fmt.gib(measured_peak(r), unit=False),
             _estimate(r),
@@ -52,6 +56,9 @@ def format_table(
             r.status,
         ])
     lines = render_columns(headers, rows)
+    if any(is_noisy(r) for r in results):
+        lines.append("spread: half the interquartile range of the step times, relative to the "
+                     "median; ! marks a noisy row")
     peaks = sorted({r.mfu_peak_source for r in results if r.mfu_peak_source})
     if peaks:
         lines.append("MFU peaks: " + "; ".join(peaks))

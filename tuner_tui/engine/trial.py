@@ -21,7 +21,9 @@ import torch
 import strategies
 from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine.memory_parts import memory_parts
+from tuner_tui.engine.gradients import GradientCheck, compare
 from tuner_tui.engine.mfu import Peak, peak_for
+from tuner_tui.engine.noise import quartiles
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.workloads import Workload
@@ -109,6 +111,10 @@ class Trainer:
     report: dict = field(default_factory=dict)
     memory_parts: dict = field(default_factory=dict)
     """Bytes of parameters, gradients and optimizer state on the device, after the first step."""
+    reference_gradients: dict | None = None
+    """The fp32 reference's first-step gradients (gradients.reference_gradients), on the CPU;
+    None: the gradients go unchecked."""
+    gradient_check: GradientCheck | None = None
 
     def __post_init__(self) -> None:
         self.torch_device = torch.device(self.device)
@@ -145,6 +151,7 @@ class Trainer:
             self.config, model, optimizer, device_type=self.device, blocks=blocks
         )
         self.report = self.tuned.report
+        self._arm_gradient_check()
 
     def will_compile(self) -> bool:
         return self.config.compile_mode != "off"
@@ -310,11 +317,13 @@ class Trainer:
             strategy_report=self.report,
             memory_parts=self.memory_parts,
             message=message,
+            **self._gradient_fields(),
         )
         if not measured or status != "ok":
             return TrialResult(status=status, **base)
         times = [r.step_ms for r in measured]
         median = statistics.median(times)
+        q1, q3 = quartiles(times)
         ok, worst, tolerance = self.loss_check()
         if ok is False:
             status = "loss-mismatch"
@@ -322,6 +331,7 @@ class Trainer:
                 f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
                 f"{tolerance:.1%} for {self.config.precision})"
             )
+        status = self._gradient_verdict(status, base)
         warm = [r.step_ms for r in self.records if 0 < r.step < self.warmup_steps]
         peak = self.peak() if self.workload.flops_per_item and self.device == "cuda" else None
         return TrialResult(
@@ -331,6 +341,8 @@ class Trainer:
             step_ms=median,
             step_ms_min=min(times),
             step_ms_max=max(times),
+            step_ms_q1=q1,
+            step_ms_q3=q3,
             mfu=self.mfu(median),
             mfu_peak_tflops=peak.tflops if peak else None,
             mfu_peak_source=peak.source if peak else "not computed on the CPU",
@@ -345,6 +357,37 @@ class Trainer:
             loss_tolerance=tolerance,
             **base,
         )
+
+    # -- the gradient gate ---------------------------------------------------------------------
+    def _arm_gradient_check(self) -> None:
+        if self.reference_gradients is not None:
+            self.tuned.after_backward = self._check_gradients
+
+    def _check_gradients(self, model) -> None:
+        """After the first backward pass only: later steps start from other weights."""
+        self.tuned.after_backward = None
+        check = compare(self.reference_gradients, model, self.config.precision)
+        if check.ok is False and self.tuned.scaler is not None and check.min_cosine != check.min_cosine:
+            # fp16's loss scaler overflows on purpose at first and skips that step.
+            check = GradientCheck(None, check.compared,
+                                  message="unchecked: the loss scaler skipped the first step")
+        self.gradient_check = check
+
+    def _gradient_fields(self) -> dict:
+        check = self.gradient_check
+        if check is None:
+            return {}
+        return dict(grad_ok=check.ok, grad_worst_tensor=check.worst_tensor,
+                    grad_min_cosine=check.min_cosine, grad_worst_norm_ratio=check.worst_norm_ratio)
+
+    def _gradient_verdict(self, status: str, base: dict) -> str:
+        """"numerics" when the first step's gradients left the tolerance (whatever the loss
+        check said: the gradients name the tensor)."""
+        check = self.gradient_check
+        if check is None or check.ok is not False:
+            return status
+        base["message"] = check.message + (f"; {base['message']}" if base["message"] else "")
+        return "numerics"
 
     def close(self) -> None:
         self._pending.clear()

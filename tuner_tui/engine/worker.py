@@ -43,6 +43,9 @@ class Worker:
         self.group = None
         """The rank processes of the current configuration if it has parallel != none
         (engine/group.py); kept while the next configuration has the same number of devices."""
+        self.gradients: tuple[int, dict | None] | None = None
+        """(batch size, the fp32 reference's first-step gradients): the latest one only, as
+        it holds a copy of every gradient in host memory."""
 
     def emit(self, event) -> None:
         self.events.put(event)
@@ -84,6 +87,10 @@ class Worker:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
             return False
         self.forward_compiler_warnings()
+        if (self.spec.fault_injection or "").startswith("grad:"):
+            from tuner_tui.engine import faults
+
+            faults.install(self.spec.fault_injection)
         self.caps = environment.capabilities(self.device)
         self.env = environment.fingerprint(self.device)
         self.emit(
@@ -91,10 +98,17 @@ class Worker:
                 pid=os.getpid(),
                 capabilities=self.caps.to_dict(),
                 environment=self.env,
-                workload=self.workload.describe(),
+                workload=self.describe_workload(),
             )
         )
         return True
+
+    def describe_workload(self) -> dict:
+        """The workload's description, with what else makes its runs the same (store.workload_key)."""
+        from pathlib import Path
+
+        data = str(Path(self.spec.data).resolve()) if self.spec.data else None
+        return {**self.workload.describe(), "seed": self.spec.seed, "data": data}
 
     # -- building a run ------------------------------------------------------------------------
     def _trainer(self, config: TuneConfig, warmup: int, reference: tuple[float, ...]):
@@ -227,13 +241,32 @@ class Worker:
             "with full checkpointing: the loss of this run goes unchecked"))
         return ()
 
+    def reference_gradients(self, config_dict: dict) -> dict | None:
+        """The fp32 reference's first-step gradients at this configuration's batch size,
+        computed here, before the candidate is built (gradients.py says why)."""
+        from tuner_tui.engine.gradients import reference_gradients
+
+        config = TuneConfig.from_dict(config_dict)
+        batch_size = config.batch_size or self.workload.default_batch_size
+        if self.gradients is None or self.gradients[0] != batch_size:
+            self.gradients = None  # the old copy goes before the new one is made
+            grads = reference_gradients(self.workload, batch_size, self.spec.seed, self.device)
+            if grads is None:
+                self.emit(protocol.WorkerLog(
+                    "warning", f"the fp32 reference's gradients at batch {batch_size} do not fit "
+                    "in memory: the gradients of this run go unchecked"))
+            self.gradients = (batch_size, grads)
+        return self.gradients[1]
+
     # -- commands ------------------------------------------------------------------------------
     def run_trial(self, cmd: protocol.RunTrial) -> None:
         trainer = None
         self.run_id += 1
         try:
             self.stop_live()
+            gradients = self.reference_gradients(cmd.config)
             trainer = self._new_run(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
+            trainer.reference_gradients = gradients
             self._build_trainer(trainer)
             self._emit_records(trainer, self._first_step(trainer))
             for i in range(1, cmd.warmup_steps + cmd.steps):
@@ -291,7 +324,9 @@ class Worker:
         self.run_id += 1
         try:
             reference = self.reference(TuneConfig.from_dict(cmd.config))
+            gradients = self.reference_gradients(cmd.config)
             trainer = self._new_run(cmd.config, 5, reference)
+            trainer.reference_gradients = gradients
             self._build_trainer(trainer)
             self.measure_steps = cmd.measure_steps
             self.live_reported = False

@@ -1,5 +1,5 @@
-"""This machine's history: trials measured before (by `gputune tune`) for this workload, from
-the result store; Enter re-applies one."""
+"""This machine's history: trials measured before (by `gputune tune` and `gputune bench`, with
+this code) for this workload, from the result store; Enter re-applies one."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
 from tuner_tui import format as fmt
+from tuner_tui.engine.noise import spread
 
 
 def _when(created: float) -> str:
@@ -60,21 +61,24 @@ class HistoryScreen(ModalScreen[dict | None]):
             note = self.problem or (
                 "Enter re-applies the selected configuration; Escape closes."
                 if self.trials
-                else "Nothing measured here yet: `gputune tune` fills this list."
+                else "Nothing measured here yet: `gputune tune` and `gputune bench` fill this list."
             )
             yield Static(note, id="history-note")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for header in ("when", "configuration", "tokens/s", "step ms", "MFU", "peak mem", "status"):
+        for header in ("when", "by", "configuration", "tokens/s", "step ms", "±", "MFU", "peak mem",
+                       "status"):
             table.add_column(header)
         for index, trial in enumerate(self.trials):
             r = trial.result
             table.add_row(
                 _when(trial.created),
+                Text(getattr(trial, "source", ""), style="dim"),
                 r.label,
                 Text(fmt.rate(r.tokens_per_s), justify="right"),
                 Text(fmt.milliseconds(r.step_ms), justify="right"),
+                Text(fmt.spread(spread(r)), justify="right"),
                 Text(fmt.fraction(r.mfu), justify="right"),
                 Text(fmt.size(r.peak_memory_bytes), justify="right"),
                 Text(r.status, style="green" if r.status == "ok" else "red"),

@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from tuner_tui import format as fmt
 from tuner_tui.app.session import Session
+from tuner_tui.engine.noise import noise_warning, spread
 
 
 def mfu_peak_text(session: Session) -> str:
@@ -52,10 +53,14 @@ def figures_table(session: Session, now: float) -> Table:
     elif step and base and base.result.tokens_per_s:
         tokens.append(f"  {fmt.speedup(step.tokens_per_s / base.result.tokens_per_s)} baseline", style="")
     table.add_row(f"{session.item_name}/s", tokens)
-    median = f"  (median {fmt.milliseconds(result.step_ms)})" if result and result.step_ms else ""
+    median = ""
+    if result and result.step_ms:
+        median = f"  (median {fmt.milliseconds(result.step_ms)} {fmt.spread(spread(result))})"
     table.add_row("step ms", fmt.milliseconds(step.step_ms if step else None) + median)
     if step and step.rank_step_ms:
         table.add_row("rank ms", rank_times_text(step.rank_step_ms))
+    if result and noise_warning(result):
+        table.add_row("noise", Text(noise_warning(result), style="bold yellow"))
     mfu = step.mfu if step else None
     table.add_row("MFU", Text(fmt.fraction(mfu)).append(f"  {mfu_peak_text(session)}", style="dim"))
     peak = step.peak_memory_bytes if step else None

@@ -10,6 +10,7 @@ from textual.widgets import DataTable
 
 from tuner_tui import format as fmt
 from tuner_tui.app.session import Row, Session
+from tuner_tui.engine.noise import is_noisy, spread
 
 STATUS_STYLE = {"ok": "green", "loss-mismatch": "yellow"}
 
@@ -20,6 +21,7 @@ COLUMNS: tuple[tuple[str, str, Callable[[Row, Session], Any]], ...] = (
     ("tokens", "tokens/s", lambda r, s: r.result.tokens_per_s),
     ("change", "vs base", lambda r, s: s.change_vs_baseline(r)),
     ("step", "step ms", lambda r, s: r.result.step_ms),
+    ("spread", "±", lambda r, s: spread(r.result)),
     ("mfu", "MFU", lambda r, s: r.result.mfu),
     ("memory", "peak mem", lambda r, s: r.result.peak_memory_bytes),
     ("compile", "compile s", lambda r, s: r.result.compile_s),
@@ -41,6 +43,8 @@ def cells(row: Row, session: Session) -> list:
         Text(fmt.rate(r.tokens_per_s), justify="right"),
         Text(fmt.speedup(change), style=change_style, justify="right"),
         Text(fmt.milliseconds(r.step_ms), justify="right"),
+        # Half the interquartile range of the step times; yellow when too wide to rank by.
+        Text(fmt.spread(spread(r)), style="yellow" if is_noisy(r) else "dim", justify="right"),
         Text(fmt.fraction(r.mfu), justify="right"),
         Text(fmt.size(r.peak_memory_bytes), justify="right"),
         # An eager run's "compile" time is only its first step: not shown as compile time.

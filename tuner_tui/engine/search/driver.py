@@ -11,8 +11,10 @@ kills its process is marked and the search goes on. Around the trials:
 - early stop: a trial clearly slower than the best so far is stopped after a few measured steps;
 - the result store: a trial measured before on this machine is reused, not run again;
 - one Inductor cache directory under the gputune home shared by every trial;
-- a correctness gate: only a trial that ran (`ok`) and kept the fp32 reference's loss can be
-  recommended (`report.py` says why it won).
+- a correctness gate: only a trial that ran (`ok`), kept the fp32 reference's loss and its
+  first-step gradients can be recommended (`report.py` says why it won);
+- the leaders re-measured interleaved before the winner is named (`remeasure.py`): a difference
+  within the spread is a tie, won by the simpler configuration.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, TextIO
 
 from strategies.config import TuneConfig
@@ -30,6 +31,7 @@ from tuner_tui import format as fmt
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine import remeasure
 from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
@@ -44,15 +46,16 @@ from tuner_tui.engine.search.report import SearchOutcome, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
 from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
 from tuner_tui.engine.paths import compile_cache_environ
-from tuner_tui.engine.store import ResultStore
+from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
+from tuner_tui.engine.store import ResultStore, workload_key
 from tuner_tui.engine.table import summary
 
 TRIAL_GRACE_S = 300.0
 """The least time a trial started inside the time budget is given before it is stopped."""
 
-REUSABLE = ("ok", "oom", "diverged", "compile", "invalid", "loss-mismatch", "stopped")
-"""Statuses of stored trials that a later search reuses. A crash (a dead process, a timeout) may
-not happen again, so it is measured again."""
+REUSABLE = STORE_REUSABLE + ("stopped",)
+"""Statuses of stored trials that a later search reuses: the store's, and a trial stopped early
+as clearly slower than the best."""
 
 @dataclass
 class SearchPlan:
@@ -74,6 +77,10 @@ class SearchPlan:
     early_stop_ratio: float = 1.5
     """A trial whose throughput after a few steps is below the best's divided by this stops."""
     early_stop_after: int = 3
+    remeasure_repeats: int = remeasure.REPEATS
+    """Interleaved runs per leader before the winner is named; 0: none."""
+    fresh: bool = False
+    """Measure every trial again: stored results are not reused (new ones are still stored)."""
 
 
 class Search:
@@ -104,6 +111,7 @@ class Search:
         self._next = NextWorker(self.spec)
         self.compared: list[TrialResult] = []
         self._pending = 0
+        self.verdict: remeasure.Verdict | None = None
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -115,7 +123,7 @@ class Search:
             self.environment = ready.environment
             self.workload = ready.workload
             self.default_batch = self.workload["default_batch_size"]
-            self.workload_key = workload_key(self.workload, self.spec)
+            self.workload_key = workload_key(self.workload)
             self.space = default_space(
                 self.caps, self.default_batch, self.plan.fixed, self.plan.choices
             )
@@ -145,6 +153,7 @@ class Search:
                               "the remaining trials were not run", file=self.out, flush=True)
                         break
                     self.evaluate(config, use_estimate=not self.strategy.must_run(config))
+            self.verdict = self._remeasure_leaders()
         finally:
             self._next.close()
         return self._outcome()
@@ -162,8 +171,8 @@ class Search:
         if done is not None:
             return done
         steps = self._steps_for(config)
-        stored = self.store.lookup(self.workload_key, config.to_dict(), steps,
-                                   self.plan.warmup_steps, self.environment)
+        stored = None if self.plan.fresh else self.store.lookup(
+            self.workload_key, config.to_dict(), steps, self.plan.warmup_steps, self.environment)
         if stored is not None and stored.result.status in REUSABLE:
             self._begin(config)
             self.progress.end(
@@ -224,7 +233,8 @@ class Search:
             return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
         return self.plan.steps
 
-    def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int) -> TrialResult:
+    def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
+             early_stop: bool = True) -> TrialResult:
         try:
             client, _ = self._next.take()
         except WorkerStartError as exc:
@@ -239,10 +249,30 @@ class Search:
         plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
                          trial_timeout_s=timeout)
         try:
+            stop_ms = self._early_stop_ms(config, reference) if early_stop else None
             return self.runner(client, config, plan, reference, self.progress,
-                               stop_if_slower_than_ms=self._early_stop_ms(config, reference))
+                               stop_if_slower_than_ms=stop_ms)
         finally:
             client.stop()
+
+    def _remeasure_leaders(self) -> remeasure.Verdict | None:
+        """The leaders run again, interleaved, with few steps and no early stop; their losses
+        and gradients were checked on the first run (the gradients are checked again)."""
+        leading = remeasure.leaders(self.history.eligible())
+        if self.plan.remeasure_repeats < 1 or len(leading) < 2:
+            return None
+        steps = remeasure.repeat_steps(self.plan.steps)
+
+        def run(config: TuneConfig, index: int, total: int) -> TrialResult:
+            self.progress.begin(index, total, config.label(), "re-measuring the leaders, interleaved")
+            result = self._run(config, (), steps, early_stop=False)
+            self.progress.end(summary(result))
+            return result
+
+        verdict = remeasure.remeasure(leading, run, self.plan.remeasure_repeats)
+        if verdict is not None:
+            print(verdict.text(), file=self.out, flush=True)
+        return verdict
 
     def _early_stop_ms(self, config: TuneConfig, reference: tuple[float, ...]) -> float | None:
         """The step time above which this configuration is clearly slower than the best so far;
@@ -299,6 +329,8 @@ class Search:
         ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
         ranked += [r for r in results if not any(r is x for x in ranked)]
         top = best(eligible)
+        if self.verdict is not None and self.verdict.winner is not None:
+            top = self.verdict.winner
         outcome = SearchOutcome(
             results=results, ranked=ranked, eligible=len(eligible), front=pareto_front(eligible),
             recommendation=top,
@@ -307,7 +339,7 @@ class Search:
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
             out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
             compared=list(self.compared), steps=self.plan.steps,
-            warmup_steps=self.plan.warmup_steps,
+            warmup_steps=self.plan.warmup_steps, remeasured=self.verdict,
         )
         outcome.reason = explain(outcome)
         return outcome
@@ -319,10 +351,6 @@ def _compile_note(result: TrialResult) -> str:
     return ""
 
 
-def workload_key(workload: dict, spec: WorkerSpec) -> str:
-    """What makes two runs of a workload the same: its name, sequence length, seed and data."""
-    data = f"data={Path(spec.data).resolve()}" if spec.data else "synthetic"
-    return f"{workload['name']} seq={workload['items_per_sample']} seed={spec.seed} {data}"
 
 
 def default_memory_budget(environment: dict) -> int:

@@ -13,7 +13,9 @@ from typing import Iterable
 from strategies.config import ExportedConfig, TuneConfig, save
 from strategies.files import write_atomic
 from tuner_tui import format as fmt
+from tuner_tui.engine.noise import noise_lines, noise_warning
 from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.remeasure import Verdict
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.table import format_table
@@ -44,6 +46,8 @@ class SearchOutcome:
     steps: int = 0
     warmup_steps: int = 0
     """Measured and warm-up steps per trial."""
+    remeasured: Verdict | None = None
+    """The leaders re-measured interleaved, when there were two or more."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -98,12 +102,16 @@ def explain(outcome: SearchOutcome) -> str:
             parts.append(f"{top.tokens_per_s / other.tokens_per_s:.2f}x {other.label} "
                          "(--compare, same run)")
     runner_up = next((r for r in eligible if r is not top), None)
-    if runner_up is not None:
+    if outcome.remeasured is not None:
+        parts.append(outcome.remeasured.text())
+    elif runner_up is not None:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
                      f"runner-up ({runner_up.label})")
     peak = measured_peak(top)
     if peak is not None:
         parts.append(f"peak {fmt.gib(peak)} within the {fmt.gib(outcome.budget_bytes)} budget")
+    if noise_warning(top):
+        parts.append(noise_warning(top))
     return "; ".join(parts)
 
 
@@ -139,6 +147,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
                 if outcome.recommendation and r.tokens_per_s else None))
             for r in outcome.compared
         ],
+        "remeasured": outcome.remeasured.to_dict() if outcome.remeasured else None,
         "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
@@ -158,6 +167,11 @@ def report(outcome: SearchOutcome) -> str:
     if outcome.front:
         lines += ["", "Throughput / memory Pareto front:", format_table(
             outcome.front, baseline=base.tokens_per_s if base else None)]
+    noisy = noise_lines(outcome.ranked)
+    if noisy:
+        lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
+    if outcome.remeasured is not None:
+        lines += ["", outcome.remeasured.text()]
     lines.append("")
     if outcome.recommendation:
         lines.append(f"Recommended: {outcome.recommendation.label}: {outcome.reason}")

@@ -1,0 +1,168 @@
+"""The gradient gate: first-step gradients per tensor against the fp32 reference's.
+
+The faults are injected into gputune's own fused LayerNorm kernel inside the worker process
+(`WorkerSpec.fault_injection = "grad:layer_norm:..."`, engine/faults.py); the loss check is not
+given any reference losses here, so only the gradient gate can catch them.
+"""
+
+import io
+
+import pytest
+import torch
+
+from strategies.config import TuneConfig
+from tuner_tui.engine import workloads
+from tuner_tui.engine.gradients import (
+    GRADIENT_TOLERANCE, canonical_name, collect, compare, reference_gradients,
+)
+from tuner_tui.engine.progress import Progress
+from tuner_tui.engine.protocol import TrialResult, WorkerSpec
+from tuner_tui.engine.runner import TrialPlan, best, run_one, start_worker
+from tuner_tui.engine.trial import Trainer
+
+
+def test_wrapper_prefixes_are_stripped_from_parameter_names():
+    assert canonical_name("_orig_mod.blocks.0.ln_1.weight") == "blocks.0.ln_1.weight"
+    assert canonical_name("module._orig_mod.wte.weight") == "wte.weight"
+    assert canonical_name("blocks.0._checkpoint_wrapped_module.attn.c_attn.weight") == \
+        "blocks.0.attn.c_attn.weight"
+    # Only a leading `module.` is DDP's; one inside the name is the model's own.
+    assert canonical_name("encoder.module.weight") == "encoder.module.weight"
+
+
+def _model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 2))
+    x = torch.randn(4, 8)
+    model(x).square().mean().backward()
+    return model
+
+
+def test_compare_names_the_worst_tensor_and_catches_scale_zero_and_sign():
+    model = _model()
+    reference = collect(model)
+    assert compare(reference, model, "fp32").ok is True
+    for fault, expect in ((lambda g: g * 2, "ratio 2"), (lambda g: g * 0, "cosine 0.0000"),
+                          (lambda g: -g, "cosine -1.0000")):
+        faulty = _model()
+        faulty[1].weight.grad = fault(faulty[1].weight.grad)
+        check = compare(reference, faulty, "bf16")
+        assert check.ok is False and check.worst_tensor == "1.weight"
+        assert expect in check.message and "1.weight" in check.message
+    # A compiled model's names (`_orig_mod.`) still match the reference's.
+    wrapped = torch.nn.Module()
+    wrapped._orig_mod = _model()
+    assert compare(reference, wrapped, "fp32").ok is True
+    # Nothing matched by name: unchecked, not passed.
+    assert compare({"other.weight": torch.ones(2)}, model, "fp32").ok is None
+
+
+@pytest.mark.parametrize("name, config", [
+    ("gpt2-tiny", {"precision": "bf16"}),
+    ("llama-tiny", {"precision": "bf16", "attention": "sdpa", "checkpointing": "full"}),
+    ("gpt2-tiny", {"attention": "manual"}),
+])
+def test_clean_configurations_pass_within_the_calibrated_tolerance(name, config):
+    workload = workloads.load(name, None, 0, None, "cpu")
+    reference = reference_gradients(workload, workload.default_batch_size, 0, "cpu")
+    config = TuneConfig.from_dict(config)
+    trainer = Trainer(workload=workload, config=config, device="cpu", seed=0,
+                      reference_gradients=reference)
+    trainer.build()
+    trainer.step()
+    trainer.finish()
+    check = trainer.gradient_check
+    trainer.close()
+    assert check.ok is True and check.compared >= 20
+    min_cos, max_dev = GRADIENT_TOLERANCE[config.precision]
+    # The figures sit well inside the tolerance (calibration in gradients.py).
+    assert 1 - check.min_cosine < (1 - min_cos) / 10
+    assert abs(check.worst_norm_ratio - 1) < max_dev / 10
+
+
+def test_reference_gradients_split_into_micro_batches_equal_the_whole_batch():
+    from tuner_tui.engine.gradients import _micro_batches
+
+    workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+    whole = reference_gradients(workload, 8, 0, "cpu")
+    trainer = Trainer(workload=workload, config=TuneConfig.reference(8).replace(checkpointing="full"),
+                      device="cpu", seed=0)
+    trainer.build()
+    parts = _micro_batches(workload.batch(0, 8, trainer.torch_device), 4)
+    for part in parts:
+        (workload.loss(trainer.tuned.model, tuple(part)) / 4).backward()
+    split = collect(trainer.tuned.model)
+    trainer.close()
+    assert split.keys() == whole.keys()
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-4, atol=1e-6)
+
+
+FUSED_LAYER_NORM = TuneConfig.from_dict({"fused_kernels": ["layer_norm"]})
+
+
+@pytest.mark.parametrize("fault, tensor, figure", [
+    (None, None, None),
+    ("grad:layer_norm:x2", "net.", "norm ratio 2"),
+    ("grad:layer_norm:zero-weight", "net.1.weight", "cosine 0.0000"),
+    ("grad:layer_norm:negate-weight", "net.1.weight", "cosine -1.0000"),
+])
+def test_the_gate_catches_each_fault_injected_in_the_worker(fault, tensor, figure):
+    spec = WorkerSpec(workload="tests.engine.user_workloads:tiny_mlp", device="cpu",
+                      fault_injection=fault)
+    client, _ = start_worker(spec)
+    try:
+        result = run_one(client, FUSED_LAYER_NORM, TrialPlan(steps=1, warmup_steps=1), (),
+                         Progress(io.StringIO()))
+    finally:
+        client.stop()
+    if fault is None:
+        assert result.status == "ok" and result.grad_ok is True, result.message
+        assert best([result]) is result
+        return
+    assert result.status == "numerics" and result.grad_ok is False
+    assert result.grad_worst_tensor.startswith(tensor) and result.grad_worst_tensor in result.message
+    assert figure in result.message and "for fp32" in result.message
+    # The figures are kept (the row ran), but it is never the best.
+    assert result.tokens_per_s and best([result]) is None
+
+
+def test_a_numerics_row_is_never_recommended_or_exported_as_best():
+    from tuner_tui.engine import bench
+    from tuner_tui.engine.search import History, default_space
+    from strategies.registry import Capabilities
+
+    fast = TrialResult(config={"precision": "bf16"}, label="bf16", status="numerics",
+                       tokens_per_s=2000.0, grad_ok=False)
+    slow = TrialResult(config={}, label="fp32", status="ok", tokens_per_s=1000.0, grad_ok=True)
+    assert best([fast, slow]) is slow
+    plan = bench.BenchPlan(WorkerSpec(), [], remeasure_repeats=0)
+    assert bench.remeasure_best(plan, [fast, slow], io.StringIO()) == (slow, None)
+    history = History(default_space(Capabilities(device="cpu", cuda=False, bf16=True, triton=False), 8))
+    history.add(TuneConfig.from_dict(fast.config), fast)
+    history.add(TuneConfig.from_dict(slow.config), slow)
+    assert history.eligible() == [slow]
+
+
+def test_the_loss_check_alone_misses_a_x2_gradient_that_the_gate_catches():
+    """AdamW divides a uniform scale away: the first 8 losses match, the gradients do not."""
+    from tuner_tui.engine.reference import LOSS_CHECK_STEPS
+
+    name = "tests.engine.user_workloads:tiny_mlp"
+    workload = workloads.load(name, None, 0, None, "cpu")
+    reference = Trainer(workload=workload, config=TuneConfig.reference(), device="cpu", seed=0)
+    reference.build()
+    for _ in range(LOSS_CHECK_STEPS):
+        reference.step()
+    reference.finish()
+    losses = tuple(r.loss for r in reference.records)
+    reference.close()
+    client, _ = start_worker(WorkerSpec(workload=name, device="cpu",
+                                        fault_injection="grad:layer_norm:x2"))
+    try:
+        result = run_one(client, FUSED_LAYER_NORM, TrialPlan(steps=LOSS_CHECK_STEPS - 1, warmup_steps=1),
+                         losses, Progress(io.StringIO()))
+    finally:
+        client.stop()
+    assert result.loss_ok is True and result.loss_max_rel_error < 1e-3
+    assert result.status == "numerics" and result.grad_worst_norm_ratio == pytest.approx(2.0)

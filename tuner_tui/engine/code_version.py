@@ -1,0 +1,45 @@
+"""A hash of the code that decides what a measurement measures: the kernels, the strategies,
+the built-in workloads and the engine's trial and worker code. Stored results are keyed by it,
+so a result measured by other code is never reused. Torch-free."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+from pathlib import Path
+
+PACKAGES = ("kernels", "strategies", "tuner_tui.engine.workloads")
+ENGINE_FILES = ("trial.py", "worker.py", "gradients.py", "reference.py", "mfu.py", "faults.py")
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)  # finds, does not import (kernels imports torch)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def code_files() -> list[tuple[str, Path]]:
+    """(name in the hash, path) of every file hashed, in a fixed order."""
+    files = []
+    for package in PACKAGES:
+        root = _package_dir(package)
+        if root is not None:
+            files += [(f"{package}/{p.relative_to(root).as_posix()}", p)
+                      for p in root.rglob("*.py")]
+    engine = Path(__file__).resolve().parent
+    files += [(f"tuner_tui.engine/{name}", engine / name) for name in ENGINE_FILES]
+    return sorted(files)
+
+
+@functools.cache
+def code_hash() -> str:
+    """16 hex digits of a SHA-256 over the files' names and bytes; computed once per process."""
+    digest = hashlib.sha256()
+    for name, path in code_files():
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()[:16]

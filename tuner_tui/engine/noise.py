@@ -1,0 +1,71 @@
+"""How much a measurement can be trusted: the spread of a row's step times, when it is too large
+to rank by, and when two rows differ by less than their spread (a tie). Torch-free: the
+worker, the commands and the dashboard all use it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+from strategies.config import TuneConfig
+from tuner_tui import format as fmt
+from tuner_tui.engine.protocol import TrialResult
+
+NOISY_SPREAD = 0.05
+"""A row whose step times' half interquartile range exceeds 5% of the median is called noisy.
+On a quiet GPU the steps of one configuration vary by well under 1-2% (CUDA events, a fixed
+graph); the differences a search acts on (a kernel, a compile mode) are often 3-10%, so at ±5%
+the ranking of neighbouring rows is no longer what the figures say. A busy host (another
+process on the cores that launch the kernels) or a throttling GPU is the usual cause."""
+
+
+def quartiles(times: Sequence[float]) -> tuple[float, float]:
+    """First and third quartiles of the step times (both the value itself for one step)."""
+    if len(times) < 2:
+        return (times[0], times[0]) if times else (math.nan, math.nan)
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return q1, q3
+
+
+def spread(result: TrialResult) -> float | None:
+    """Half the interquartile range of the step time, relative to the median: "±x%"."""
+    if not result.step_ms or result.step_ms_q1 is None or result.step_ms_q3 is None:
+        return None
+    return (result.step_ms_q3 - result.step_ms_q1) / 2 / result.step_ms
+
+
+def spread_text(result: TrialResult) -> str:
+    s = spread(result)
+    return "-" if s is None else fmt.spread(s)
+
+
+def is_noisy(result: TrialResult) -> bool:
+    s = spread(result)
+    return s is not None and s > NOISY_SPREAD
+
+
+def noise_warning(result: TrialResult) -> str:
+    """The words the reports and the dashboard use for a noisy row ("" when it is not)."""
+    if not is_noisy(result):
+        return ""
+    return (f"noisy: steps varied by ±{spread(result):.1%}; a busy host or thermal "
+            "throttling?")
+
+
+def noise_lines(results: Sequence[TrialResult]) -> list[str]:
+    """One line per noisy row of a table, numbered as the table numbers them."""
+    return [f"row {i} ({r.label}): {noise_warning(r)}"
+            for i, r in enumerate(results, start=1) if r.status == "ok" and is_noisy(r)]
+
+
+def tie_gap(a: float, b: float) -> float:
+    """The smallest relative difference that is not a tie between two figures with relative
+    spreads a and b (independent errors add in quadrature)."""
+    return math.hypot(a, b)
+
+
+def simplicity(config: dict, peak_memory_bytes: int | None) -> tuple:
+    """Sort key: fewer options changed from the defaults first, then less peak memory."""
+    changed = TuneConfig.from_dict(config).changed()
+    return (len(changed), peak_memory_bytes if peak_memory_bytes is not None else math.inf)
