@@ -100,7 +100,7 @@ class Trainer:
     def __post_init__(self) -> None:
         self.torch_device = torch.device(self.device)
         self.batch_size = self.config.batch_size or self.workload.default_batch_size
-        self._pending: list = []  # (step, end event or None, loss copy, t_host)
+        self._pending: list = []  # (step, end event (CUDA) or end time (CPU), loss copy, t_host)
         self._last_end = None
         self._last_host = None
         self._step = 0
@@ -145,10 +145,11 @@ class Trainer:
             loss = self.workload.loss(self.tuned.model, batch)
         loss_value = self._copy_loss(loss)
         self.tuned.step(loss)
-        end = None
         if self.device == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
+        else:
+            end = time.perf_counter()  # the CPU ran the step synchronously: it ends here
         self._pending.append((i, end, loss_value, host_start))
         self._step += 1
         # The first step (compile) and the warm-up are synchronous, so that their wall time is
@@ -189,7 +190,7 @@ class Trainer:
         done = []
         while len(self._pending) > keep:
             i, end, loss_t, host_start = self._pending.pop(0)
-            if end is not None:
+            if not isinstance(end, float):
                 end.synchronize()
                 if self._last_end is not None and i > 0:
                     ms = self._last_end.elapsed_time(end)
@@ -197,8 +198,9 @@ class Trainer:
                     ms = (time.perf_counter() - host_start) * 1e3
                 self._last_end = end
             else:
-                now = time.perf_counter()
-                ms = (now - host_start) * 1e3
+                # Timed when the step ended, not now: collected HOST_AHEAD steps later, "now"
+                # would add the steps since.
+                ms = (end - host_start) * 1e3
             loss = float(loss_t)
             if not math.isfinite(loss):
                 raise Diverged(f"loss became {loss} at step {i}")
