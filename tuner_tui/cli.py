@@ -21,6 +21,8 @@ from strategies.registry import OPTIONS
 from tuner_tui import __version__
 
 DEVICES = ("auto", "cuda", "cpu")
+PROFILE_STEPS = 3
+"""Steps a profile summarizes (the same as profiler.PROFILE_STEPS, which imports torch)."""
 EXIT_USAGE = 2
 
 
@@ -49,6 +51,27 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "workload's)")
     p.add_argument("--seed", type=int, default=0, help="seed for the initial weights and the "
                    "batches (default 0)")
+
+
+def add_profile_options(p: argparse.ArgumentParser, which: str) -> None:
+    p.add_argument("--profile", action="store_true",
+                   help=f"profile {which} over a few steps after its measured ones: where the "
+                        "step's time goes, the bottleneck (host, memory, compute, communication) "
+                        "and what to try")
+    p.add_argument("--trace", metavar="DIR", help="with the profile, write each profiled "
+                   "trial's Chrome/Perfetto trace into DIR (implies --profile)")
+
+
+def profile_steps(args) -> int:
+    """Steps profiled per trial, after checking --trace; 0 without --profile or --trace."""
+    if args.trace is not None:
+        path = Path(args.trace)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--trace {args.trace} is a file: a folder is wanted")
+        existing = next((p for p in [path, *path.parents] if p.exists()), None)
+        if existing is not None and not os.access(existing, os.W_OK):
+            raise UsageError(f"--trace {args.trace}: {existing} is not writable")
+    return PROFILE_STEPS if args.profile or args.trace is not None else 0
 
 
 def build_parser() -> Parser:
@@ -82,6 +105,7 @@ def build_parser() -> Parser:
                        "loss matched the reference (TOML or JSON by extension)")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
+    add_profile_options(bench, "every row")
     add_tune_parser(sub)
     return parser
 
@@ -120,6 +144,8 @@ def add_tune_parser(sub) -> None:
                       "recommendation as JSON")
     tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                       help="give up on a trial after this many seconds (default 900)")
+    add_profile_options(tune, "every trial as it is measured (the report shows the leading "
+                        "rows'; the search tries first what addresses the best's bottleneck)")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -182,7 +208,8 @@ def cmd_bench(args) -> int:
     if not configs:
         configs = bench.ladder()
     plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
-                           trial_timeout_s=args.trial_timeout, overrides=overrides)
+                           trial_timeout_s=args.trial_timeout, overrides=overrides,
+                           profile_steps=profile_steps(args), trace_dir=args.trace)
     def save_rows(results, environment, workload) -> None:
         bench.write_json(args.json, results, environment, workload, plan)
 
@@ -200,6 +227,8 @@ def cmd_bench(args) -> int:
     if args.json:
         bench.write_json(args.json, results, environment, workload, plan)
     print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
+    if plan.profile_steps:
+        print(table.format_profiles(results))
     if args.json:
         print(f"wrote {args.json}")
     top = runner.best(results)
@@ -247,6 +276,7 @@ def cmd_tune(args) -> int:
         worker_spec(args), steps=args.steps, warmup_steps=args.warmup, max_memory_bytes=max_memory,
         budget_s=args.budget_minutes * 60 or None, trial_timeout_s=args.trial_timeout,
         fixed=overrides, choices=choices, compare=[read(path).config for path in args.compare],
+        profile_steps=profile_steps(args), trace_dir=args.trace,
     )
     try:
         store = ResultStore(args.store)

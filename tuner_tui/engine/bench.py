@@ -23,7 +23,9 @@ from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
-from tuner_tui.engine.runner import NextWorker, TrialPlan, run_one, runnable, start_worker
+from tuner_tui.engine.runner import (
+    NextWorker, TrialPlan, run_one, runnable, start_worker, trace_path,
+)
 from tuner_tui.engine.table import summary
 
 
@@ -102,9 +104,14 @@ class BenchPlan:
     warmup_steps: int = 5
     trial_timeout_s: float = 900.0
     overrides: dict = field(default_factory=dict)
+    profile_steps: int = 0
+    """Steps profiled after each row's measured ones (`--profile`); 0: none."""
+    trace_dir: str | None = None
 
-    def trial_plan(self) -> TrialPlan:
-        return TrialPlan(self.steps, self.warmup_steps, self.trial_timeout_s)
+    def trial_plan(self, index: int = 0, config: TuneConfig | None = None) -> TrialPlan:
+        trace = trace_path(self.trace_dir, index, config) if config is not None else None
+        return TrialPlan(self.steps, self.warmup_steps, self.trial_timeout_s,
+                         self.profile_steps, trace)
 
 
 def apply_overrides(configs: list[TuneConfig], overrides: dict) -> list[TuneConfig]:
@@ -158,7 +165,8 @@ def run_bench(
             progress.begin(index, total, config.label())
             if index < total:
                 next_worker.begin(client)
-            result = run_one(client, config, plan.trial_plan(), references.get(key, ()), progress)
+            result = run_one(client, config, plan.trial_plan(index, config), references.get(key, ()),
+                             progress)
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
+from tuner_tui.engine.profile import describe
 
 
 def summary(r: protocol.TrialResult) -> str:
@@ -45,4 +46,15 @@ def format_table(
     peaks = sorted({r.mfu_peak_source for r in results if r.mfu_peak_source})
     if peaks:
         lines.append("MFU peaks: " + "; ".join(peaks))
+    return "\n".join(lines)
+
+
+def format_profiles(results: list[protocol.TrialResult]) -> str:
+    """Each profiled row's profile: where its step's time goes, the verdict, what to try."""
+    lines = []
+    for i, r in enumerate(results, start=1):
+        if r.profile.get("categories"):
+            lines += ["", f"#{i} {r.label}"] + ["  " + line for line in describe(r.profile)]
+        elif r.profile.get("error"):
+            lines += ["", f"#{i} {r.label}: {r.profile['error']}"]
     return "\n".join(lines)
