@@ -34,6 +34,8 @@ from tuner_tui.app.widgets.gpu_panel import GpuPanel
 from tuner_tui.app.widgets.host_panel import HostPanel
 from tuner_tui.app.widgets.leaderboard import Leaderboard
 from tuner_tui.app.widgets.plot import TimeSeriesPlot
+from tuner_tui.app.profiling import profile_arrived, request_profile, show_profile
+from tuner_tui.app.widgets.profile_panel import ProfilePanel
 from tuner_tui.app.widgets.run_status import RunStatus
 from tuner_tui.app.widgets.toggles import TogglesPanel
 from tuner_tui.engine import protocol
@@ -73,6 +75,8 @@ class GputuneApp(App[int]):
         Binding("s", "sort", "Sort"),
         Binding("t", "search", "Search"),
         Binding("h", "history", "History"),
+        Binding("x", "profile", "Profile"),
+        Binding("X", "profile(True)", "Profile + trace", show=False),
         Binding("b", "baseline", "Baseline", show=False),
         Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
         Binding("question_mark", "help", "Help"),
@@ -136,6 +140,7 @@ class GputuneApp(App[int]):
                 yield HostPanel(id="host")
         with Horizontal(id="bottom"):
             yield Leaderboard(id="leaderboard")
+            yield ProfilePanel(id="profile")
             yield ConfigView(id="config-view")
         yield Footer()
 
@@ -148,6 +153,8 @@ class GputuneApp(App[int]):
         self.figures = self.query_one(CurrentFigures)
         self.gpu_panel = self.query_one(GpuPanel)
         self.host_panel = self.query_one(HostPanel)
+        self.profile_panel = self.query_one(ProfilePanel)
+        self.profile_panel.border_title = "where the step goes"
         self.plots = {
             "throughput": self.query_one("#plot-throughput", TimeSeriesPlot),
             "step": self.query_one("#plot-step", TimeSeriesPlot),
@@ -230,6 +237,8 @@ class GputuneApp(App[int]):
         elif isinstance(event, protocol.RunFailed):
             self.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
             self._after_trial()
+        elif isinstance(event, protocol.ProfileMeasured):
+            profile_arrived(self, event)
         elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
             self.notify(event.text, severity="warning" if event.level == "warning" else "error")
 
@@ -386,6 +395,7 @@ class GputuneApp(App[int]):
         else:
             row = self.session.row_for_run(self.session.run_id) or (self.session.rows[-1] if self.session.rows else None)
         self.config_view.show(row)
+        show_profile(self, row)
 
     @on(DataTable.RowHighlighted, "#leaderboard")
     @on(DataTable.RowSelected, "#leaderboard")
@@ -517,6 +527,11 @@ class GputuneApp(App[int]):
 
         self.push_screen(ExportScreen(what), write)
 
+    # -- profile ---------------------------------------------------------------------------------
+    def action_profile(self, trace: bool = False) -> None:
+        """Profile the selected row or the current run (key x; X also writes a trace)."""
+        request_profile(self, trace)
+
     # -- history ---------------------------------------------------------------------------------
     def action_history(self) -> None:
         if self.session.capabilities is None:
@@ -576,6 +591,8 @@ class GputuneApp(App[int]):
         yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
         yield SystemCommand("Search", "Start (or stop) the automatic search: gputune tune's stages, trial by trial on this run", self.action_search)
         yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
+        yield SystemCommand("Profile", "Where the step's time goes in the selected row (or the current run), and what to try", self.action_profile)
+        yield SystemCommand("Profile and write a trace", "The profile, and its Chrome/Perfetto trace under gputune-traces/", lambda: self.action_profile(True))
         yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
         yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
 

@@ -220,8 +220,8 @@ def summarize(
 
     The first marked step is a lead-in: the window starts where its work ends on the timeline
     (so the device is as far behind the host as in steady state) and covers the steps after it.
-    `measured_step_ms`: the unprofiled median step time; the profiler's own host overhead makes
-    a host-bound step slower, and the difference is taken out of the idle time. `peaks`: TFLOP/s
+    `measured_step_ms`: the unprofiled median step time; on a device, the profiler's own host
+    overhead makes a host-bound step slower, and the difference is taken out of the idle time. `peaks`: TFLOP/s
     and their source per precision (fp32, tf32, bf16, fp16); `float32`: the precision fp32
     matmuls ran in (tf32 where allowed); `config`: the configuration, so the suggestions leave out
     what it already does."""
@@ -283,8 +283,9 @@ def summarize(
     window = max(end - start, 1e-9)
     totals = _split_time(spans, start, end)
     profiled_step_ms = window / measured / 1e3
-    if measured_step_ms and profiled_step_ms > measured_step_ms:
-        # What the profiler added to the step, taken out of the idle time where it shows.
+    if on_device and measured_step_ms and profiled_step_ms > measured_step_ms:
+        # What the profiler added to the host's work shows on the device as idle time: taken
+        # out. (On the CPU its cost is spread over the ops and the time between them.)
         extra = min(totals["idle"], (profiled_step_ms - measured_step_ms) * measured * 1e3)
         totals["idle"] -= extra
         window -= extra
@@ -343,6 +344,11 @@ def _top(named: list, start: float, end: float, window: float, n: int = 5) -> li
              "calls": calls[k]} for k in ranked]
 
 
+def flop_rate(tflops: float) -> str:
+    """12.3 TFLOP/s, or 45.6 GFLOP/s below one TFLOP/s (the CPU's tiny models)."""
+    return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
+
+
 # -- the verdict -----------------------------------------------------------------------------------
 
 
@@ -371,10 +377,10 @@ def verdict(profile: dict, config: dict) -> dict:
         rate = profile["matmul"][0] if profile["matmul"] else None
         evidence = f"matmuls and attention take {compute:.0%} of the step"
         if rate and rate["of_peak"] is not None:
-            evidence += (f", the matmuls at {rate['tflops']:.1f} TFLOP/s ({rate['of_peak']:.0%} of "
+            evidence += (f", the matmuls at {flop_rate(rate['tflops'])} ({rate['of_peak']:.0%} of "
                          f"the {rate['precision']} peak)")
         elif rate:
-            evidence += f", the matmuls at {rate['tflops']:.2f} TFLOP/s ({rate['precision']})"
+            evidence += f", the matmuls at {flop_rate(rate['tflops'])} ({rate['precision']})"
     else:
         kind = "memory"
         evidence = (f"norms, elementwise, copies and the optimizer take {memory:.0%} of the step "
@@ -428,7 +434,7 @@ def describe(profile: dict, width: int = 100) -> list[str]:
     facts = [f"{profile['launches_per_step']:,.0f} "
              + ("launches" if profile["timeline"] == "GPU" else "ops") + "/step"]
     for r in profile.get("matmul") or []:
-        rate = f"{r['precision']} matmuls {r['tflops']:.2f} TFLOP/s"
+        rate = f"{r['precision']} matmuls {flop_rate(r['tflops'])}"
         if r["of_peak"] is not None:
             rate += f" ({r['of_peak']:.0%} of {r['peak_tflops']:g})"
         facts.append(rate)

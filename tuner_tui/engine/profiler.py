@@ -7,6 +7,10 @@ cost never reaches a measured row.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,6 +93,52 @@ def float32_precision() -> str:
         return "fp32"
 
 
+@contextlib.contextmanager
+def _without_kineto_chatter():
+    """Kineto prints a line to the process's stderr when profiling starts and stops, whatever
+    its log level; in the dashboard's terminal it would land over the screen. Everything else
+    written to stderr meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines(keepends=True):
+                if not line.startswith(("USDT:", "STAGE:")):
+                    sys.stderr.write(line)
+
+
+def capture(trainer, steps: int = PROFILE_STEPS, trace_path: str | None = None) -> list[Activity]:
+    """The activities of one lead-in step and `steps` more of a built, warmed-up trainer, each
+    inside a step marker; the trainer's records of these steps are dropped afterwards."""
+    trainer.finish()
+    kept = len(trainer.records)
+    activities = [ProfilerActivity.CPU]
+    if trainer.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        with _without_kineto_chatter(), profile(
+            activities=activities, record_shapes=True, with_flops=True
+        ) as prof:
+            for i in range(steps + 1):
+                with record_function(f"{STEP_MARKER}{i}"):
+                    trainer.step()
+            trainer.finish()
+    finally:
+        del trainer.records[kept:]
+    if trace_path:
+        path = Path(trace_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+    return activities_of(prof.events())
+
+
 def profile_trainer(
     trainer,
     steps: int = PROFILE_STEPS,
@@ -96,33 +146,15 @@ def profile_trainer(
     measured_step_ms: float | None = None,
     compile_before: dict | None = None,
 ) -> dict:
-    """Profile `steps` steps of a built, warmed-up trainer (one lead-in step before them) and
-    summarize them. The trainer's records of these steps are dropped afterwards."""
-    trainer.finish()
-    kept = len(trainer.records)
-    activities = [ProfilerActivity.CPU]
-    if trainer.device == "cuda":
-        activities.append(ProfilerActivity.CUDA)
+    """The summary (`profile.summarize`) of `steps` profiled steps of a measured trainer."""
     started = time.perf_counter()
-    try:
-        with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
-            for i in range(steps + 1):
-                with record_function(f"{STEP_MARKER}{i}"):
-                    trainer.step()
-            trainer.finish()
-    finally:
-        del trainer.records[kept:]
-    float32 = float32_precision()
-    records = activities_of(prof.events())
+    records = capture(trainer, steps, trace_path)
     summary = analysis.summarize(
         records, trainer.device, measured_step_ms=measured_step_ms, peaks=peaks_for(trainer),
-        float32=float32, config=trainer.config.to_dict(),
+        float32=float32_precision(), config=trainer.config.to_dict(),
         compile_counts=compile_counts(compile_before),
     )
     if trace_path:
-        path = Path(trace_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(path))
-        summary["trace"] = str(path)
+        summary["trace"] = str(trace_path)
     summary["profiler_s"] = time.perf_counter() - started
     return summary
