@@ -270,3 +270,30 @@ def test_many_tiny_ops_are_host_bound_through_the_worker():
     profile = done.result.profile
     _sums_to_one(profile)
     assert profile["bottleneck"] == "host", profile["evidence"]
+
+
+# -- the commands ----------------------------------------------------------------------------------
+
+
+def test_bench_profile_writes_categories_and_bottleneck_for_each_row(gputune, tmp_path):
+    out = tmp_path / "out.json"
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--preset", "quick",
+                   "--profile", "--json", str(out), "--steps", "3", "--warmup", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["status"] == "ok"
+        assert sum(row["profile"]["categories"].values()) == pytest.approx(1.0, abs=0.01)
+        assert row["profile"]["bottleneck"] in ("host", "memory", "compute", "communication")
+    assert proc.stdout.count("bottleneck: ") == 2 and "#2 bf16 + sdpa" in proc.stdout
+    assert "USDT" not in proc.stderr  # the profiler's own chatter stays off the terminal
+
+
+def test_trace_must_name_a_folder(gputune, tmp_path):
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    for command in ("bench", "tune"):
+        proc = gputune(command, "--device", "cpu", "--workload", "gpt2-tiny", "--trace", str(taken))
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == f"gputune: --trace {taken} is a file: a folder is wanted"

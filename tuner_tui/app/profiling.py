@@ -15,6 +15,15 @@ TRACE_DIR = "gputune-traces"
 """Where the dashboard writes traces (key X), under the current directory."""
 
 
+def shown(app: Any) -> bool:
+    return app.query_one("#bottom").has_class("-profiling")
+
+
+def set_shown(app: Any, shown: bool) -> None:
+    """The profile panel in the configuration's place (app.tcss), or the configuration back."""
+    app.query_one("#bottom").set_class(shown, "-profiling")
+
+
 def request_profile(app: Any, trace: bool) -> None:
     """`app`: the running `GputuneApp`."""
     session = app.session
@@ -22,6 +31,11 @@ def request_profile(app: Any, trace: bool) -> None:
         app.notify("The worker is not ready yet.", severity="warning")
         return
     row = app._selected_row() if app._row_chosen else None
+    target = row or session.row_for_run(session.run_id)
+    panel = app.profile_panel
+    if shown(app) and target is not None and panel.number == target.number:
+        set_shown(app, False)  # x again on the row shown: back to its configuration
+        return
     if row is not None and row is not session.row_for_run(session.run_id):
         try:
             config = TuneConfig.from_dict(row.result.config)
@@ -43,7 +57,7 @@ def request_profile(app: Any, trace: bool) -> None:
         app.notify("No worker to profile with.", severity="warning")
         return
     session.profile_note = f"profiling {what} after its measured steps…"
-    app.profile_panel.add_class("-shown")
+    set_shown(app, True)
     app._show_selected_row()
     app.notify(session.profile_note + (f"\ntrace: {path}" if path else ""), timeout=5)
 
@@ -63,5 +77,5 @@ def profile_arrived(app: Any, event: protocol.ProfileMeasured) -> None:
     if profile.get("categories"):
         app.notify(f"{profile['bottleneck']}-bound: {profile['evidence']}", title="profiled",
                    timeout=8)
-    app.profile_panel.add_class("-shown")
+    set_shown(app, True)
     show_profile(app, app.session.row_for_run(event.run_id))

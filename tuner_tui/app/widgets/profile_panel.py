@@ -1,5 +1,6 @@
 """Where a run's step time goes: the profile's categories as bars, and beside them the verdict
-(host, memory, compute, communication), its evidence and what to try. Key `x` asks for it."""
+(host, memory, compute, communication), its evidence and what to try. Key `x` asks for it (and
+on the row it shows, hides it again)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ VERDICT_STYLE = {"host": "bold red", "memory": "bold yellow", "compute": "bold g
                  "communication": "bold magenta"}
 
 
-def category_bars(profile: dict) -> Table:
+def category_bars(profile: dict, width: int) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True)
@@ -28,7 +29,7 @@ def category_bars(profile: dict) -> Table:
     shares = profile["categories"]
     for key in CATEGORIES:
         table.add_row(Text(CATEGORY_NAMES[key], style="dim"),
-                      bar(shares[key], BAR_WIDTH, CATEGORY_STYLE[key]), f"{shares[key]:.0%}")
+                      bar(shares[key], width, CATEGORY_STYLE[key]), f"{shares[key]:.0%}")
     return table
 
 
@@ -71,7 +72,15 @@ def top_kernels(profile: dict, width: int) -> Text:
 class ProfilePanel(Static):
     """Shows one run's profile; `show(None, ...)` says how to ask for one."""
 
+    WIDE = 72
+    """From this width the verdict stands beside the bars; below it, under them."""
+
+    number: int | None = None
+    """The leaderboard row whose profile is shown."""
+
     def show(self, number: int | None, label: str, profile: dict | None, note: str = "") -> None:
+        self.number = number if profile else None
+        self._shown = (number, label, profile, note)
         if profile is None or not profile.get("categories"):
             message = (profile or {}).get("error") or note or (
                 "x profiles the selected row (or the current run) after its measured steps; "
@@ -80,11 +89,20 @@ class ProfilePanel(Static):
             self.border_subtitle = ""
             return
         self.border_subtitle = f"run {number}: {label}" if number is not None else label
-        body = Table.grid(padding=(0, 2), expand=True)
-        body.add_column(no_wrap=True)
-        body.add_column(ratio=1)
-        body.add_row(Group(category_bars(profile), facts(profile)), verdict(profile))
-        parts = [body, top_kernels(profile, max(20, self.size.width - 8))]
+        width = self.size.width
+        if width >= self.WIDE:
+            body = Table.grid(padding=(0, 2), expand=True)
+            body.add_column(no_wrap=True)
+            body.add_column(ratio=1)
+            body.add_row(Group(category_bars(profile, BAR_WIDTH), facts(profile)), verdict(profile))
+        else:
+            body = Group(category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
+                         facts(profile), verdict(profile))
+        parts = [body, top_kernels(profile, max(20, width - 8))]
         if profile.get("trace"):
             parts.append(Text(f"trace: {profile['trace']}", style="dim"))
         self.update(Group(*parts))
+
+    def on_resize(self) -> None:
+        if getattr(self, "_shown", None) is not None:
+            self.show(*self._shown)
