@@ -297,3 +297,29 @@ def test_trace_must_name_a_folder(gputune, tmp_path):
         proc = gputune(command, "--device", "cpu", "--workload", "gpt2-tiny", "--trace", str(taken))
         assert proc.returncode == 2
         assert proc.stderr.strip() == f"gputune: --trace {taken} is a file: a folder is wanted"
+
+
+@pytest.mark.gpu
+def test_a_gpu_profile_splits_the_gpu_timeline_and_rates_the_matmuls():
+    import torch
+
+    from tuner_tui.engine import workloads
+    from tuner_tui.engine.profiler import profile_trainer
+    from tuner_tui.engine.trial import Trainer
+
+    config = TuneConfig().replace(precision="bf16", attention="sdpa")
+    trainer = Trainer(workloads.load("gpt2-tiny", None, 0, None, "cuda"), config, "cuda",
+                      warmup_steps=3, device_name=torch.cuda.get_device_name())
+    trainer.build()
+    for _ in range(6):
+        trainer.step()
+    trainer.finish()
+    measured = trainer.result()
+    profile = profile_trainer(trainer, measured_step_ms=measured.step_ms)
+    _sums_to_one(profile)
+    assert profile["timeline"] == "GPU" and profile["kernels_per_step"] > 10
+    assert profile["launches_per_step"] > 10
+    assert profile["bottleneck"] == "host"  # a tiny model: the GPU waits for launches
+    assert any(r["precision"] == "bf16" and r["tflops"] > 0 for r in profile["matmul"])
+    assert len(trainer.records) == len(measured.losses)  # the profiled steps left no records
+    trainer.close()

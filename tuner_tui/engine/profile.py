@@ -44,11 +44,11 @@ _OPTIMIZER = re.compile(r"^Optimizer\.|_fused_adam|fused_sgd")
 _COMMUNICATION = re.compile(
     r"nccl|gloo|c10d|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_to_all", re.I)
 _ATTENTION = re.compile(
-    r"scaled_dot_product|flash|fmha|efficient_attention|cudnn_attention|attention|"
+    r"scaled_dot_product|sdpa|flash|fmha|efficient_attention|cudnn_attention|attention|"
     r"(?<!log_)(?<!log)softmax", re.I)
 _MATMUL = re.compile(
     r"\b(aten::)?(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|dot|conv(olution|[123]d)\w*)\b|"
-    r"gemm|gemv|cutlass|xmma|cublas|wgmma|triton_tem_\w*mm", re.I)
+    r"gemm|gemv|cutlass|xmma|cublas|wgmma|nvjet|triton_tem_\w*mm", re.I)
 _COPY = re.compile(r"aten::(copy_|_to_copy|to|clone|contiguous|_copy_from\w*)$|memcpy|memset", re.I)
 _LAUNCH = re.compile(r"LaunchKernel|GraphLaunch|cudaMemcpyAsync|cudaMemsetAsync|hipLaunch", re.I)
 
