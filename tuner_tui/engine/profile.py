@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 
 CATEGORIES = ("matmul", "attention", "elementwise", "optimizer", "copy", "communication", "idle")
 """Shares of the step, in display order. elementwise holds norms, activations, reductions and
@@ -206,6 +206,66 @@ def _precision(dtype: str, float32: str) -> str:
     return float32
 
 
+@dataclass
+class _Window:
+    """What the steps after the lead-in did: the window on the timeline, its activities by
+    category, the matmuls' work and time per launching op, and the launch counts."""
+
+    start: float
+    end: float
+    spans: list = field(default_factory=list)
+    """(start, end, category) of every activity."""
+    named: list = field(default_factory=list)
+    """(name, start, end, category), to rank the costliest."""
+    matmul_work: dict = field(default_factory=dict)
+    """Op index -> (FLOPs, dtype) of the matmul ops whose FLOPs are known."""
+    matmul_time: dict = field(default_factory=dict)
+    """Op index -> time of its matmul kernels (its own duration on the CPU), in µs."""
+    launches: int = 0
+    kernels: int = 0
+
+
+def _device_window(activities: list[Activity], ops: _Ops, step_of) -> _Window:
+    """The device's timeline from the end of the lead-in step's last kernel to the last one's."""
+    device_acts = [a for a in activities if a.kind in DEVICE_KINDS]
+    lead_in_ends = [a.end_us for a in device_acts if a.link in ops.by_id
+                    and step_of(ops.items[ops.by_id[a.link]].start_us) == 0]
+    first = min((a.start_us for a in device_acts), default=0.0)
+    start = max(lead_in_ends) if lead_in_ends else first
+    w = _Window(start, max((a.end_us for a in device_acts), default=start))
+    for a in device_acts:
+        op = ops.by_id.get(a.link)
+        cat = categorize(ops.chain(op) if op is not None else [], a.name, a.kind)
+        w.spans.append((a.start_us, a.end_us, cat))
+        w.named.append((a.name, a.start_us, a.end_us, cat))
+        if cat == "matmul" and op is not None and a.end_us > start and ops.items[op].flops > 0:
+            w.matmul_work[op] = (ops.items[op].flops, ops.items[op].dtype)
+            w.matmul_time[op] = w.matmul_time.get(op, 0.0) + a.duration_us
+        w.kernels += a.kind == "kernel" and a.end_us > start
+    w.launches = sum(1 for a in activities if a.kind == "runtime" and _LAUNCH.search(a.name)
+                     and step_of(a.start_us) >= 1)
+    return w
+
+
+def _cpu_window(ops: _Ops, steps: list[Activity]) -> _Window:
+    """The wall time of the steps after the lead-in: each op's own time (less its children's);
+    annotations' own time is Python between the ops, left as idle."""
+    w = _Window(steps[1].start_us, max(s.end_us for s in steps))
+    for i, a in enumerate(ops.items):
+        if a.kind != "op":
+            continue
+        cat = categorize(ops.chain(i))
+        for s, e in ops.own_intervals(i):
+            w.spans.append((s, e, cat))
+            w.named.append((a.name, s, e, cat))
+        inside = w.start <= a.start_us < w.end
+        w.launches += inside and not any(ops.items[c].kind == "op" for c in ops.children[i])
+        if inside and a.flops > 0 and cat == "matmul":
+            w.matmul_work[i] = (a.flops, a.dtype)
+            w.matmul_time[i] = a.duration_us
+    return w
+
+
 def summarize(
     activities: list[Activity],
     device: str,
@@ -218,70 +278,28 @@ def summarize(
 ) -> dict:
     """The profile of a few steps, as plain data (see the module's docstring).
 
-    The first marked step is a lead-in: the window starts where its work ends on the timeline
-    (so the device is as far behind the host as in steady state) and covers the steps after it.
+    The first marked step is a lead-in: on a device the window starts where its work ends (so
+    the device is as far behind the host as in steady state) and covers the steps after it.
     `measured_step_ms`: the unprofiled median step time; on a device, the profiler's own host
-    overhead makes a host-bound step slower, and the difference is taken out of the idle time. `peaks`: TFLOP/s
-    and their source per precision (fp32, tf32, bf16, fp16); `float32`: the precision fp32
-    matmuls ran in (tf32 where allowed); `config`: the configuration, so the suggestions leave out
-    what it already does."""
-    steps = sorted((a for a in activities if a.name.startswith(STEP_MARKER)), key=lambda a: a.start_us)
+    overhead makes a host-bound step slower, and the difference is taken out of the idle time.
+    `peaks`: TFLOP/s and their source per precision (fp32, tf32, bf16, fp16); `float32`: the
+    precision fp32 matmuls ran in (tf32 where allowed); `config`: the configuration, so that the
+    suggestions leave out what it already does."""
+    steps = sorted((a for a in activities if a.name.startswith(STEP_MARKER)),
+                   key=lambda a: a.start_us)
     if len(steps) < 2:
         raise ValueError("a profile needs at least two marked steps (a lead-in and one measured)")
     ops = _Ops(activities)
-    step_starts = [s.start_us for s in steps]
+    starts = [s.start_us for s in steps]
 
     def step_of(t: float) -> int:
-        return max(0, bisect.bisect_right(step_starts, t) - 1)
+        return max(0, bisect.bisect_right(starts, t) - 1)
 
     on_device = device != "cpu"
-    spans: list[tuple[float, float, str]] = []
-    named: list[tuple[str, float, float, str]] = []  # (name, start, end, category) to rank
-    matmul_work: dict[int, tuple[float, str]] = {}  # launching op index -> (flops, dtype)
-    matmul_time: dict[int, float] = {}
-    if on_device:
-        device_acts = [a for a in activities if a.kind in DEVICE_KINDS]
-        lead_in_ends = []
-        for a in device_acts:
-            op = ops.by_id.get(a.link)
-            if op is not None and step_of(ops.items[op].start_us) == 0:
-                lead_in_ends.append(a.end_us)
-        first = min((a.start_us for a in device_acts), default=steps[1].start_us)
-        start = max(lead_in_ends) if lead_in_ends else first
-        end = max((a.end_us for a in device_acts), default=start)
-        for a in device_acts:
-            op = ops.by_id.get(a.link)
-            chain = ops.chain(op) if op is not None else []
-            cat = categorize(chain, a.name, a.kind)
-            spans.append((a.start_us, a.end_us, cat))
-            named.append((a.name, a.start_us, a.end_us, cat))
-            if cat == "matmul" and op is not None and a.end_us > start:
-                o = ops.items[op]
-                if o.flops > 0:
-                    matmul_work[op] = (o.flops, o.dtype)
-                    matmul_time[op] = matmul_time.get(op, 0.0) + a.duration_us
-        launches = sum(1 for a in activities if a.kind == "runtime" and _LAUNCH.search(a.name)
-                       and start <= a.start_us and step_of(a.start_us) >= 1)
-        kernels = sum(1 for a in device_acts if a.kind == "kernel" and a.end_us > start)
-    else:
-        start, end = steps[1].start_us, max(s.end_us for s in steps)
-        launches = kernels = 0
-        for i, a in enumerate(ops.items):
-            if a.kind != "op":
-                continue  # annotations: Python time between the ops, counted as idle
-            cat = categorize(ops.chain(i))
-            for s, e in ops.own_intervals(i):
-                spans.append((s, e, cat))
-                named.append((a.name, s, e, cat))
-            inside = start <= a.start_us < end
-            if inside and not any(ops.items[c].kind == "op" for c in ops.children[i]):
-                launches += 1
-            if inside and a.flops > 0 and cat == "matmul":
-                matmul_work[i] = (a.flops, a.dtype)
-                matmul_time[i] = a.duration_us
-    measured = max(1, len(steps) - 1)
-    window = max(end - start, 1e-9)
-    totals = _split_time(spans, start, end)
+    w = _device_window(activities, ops, step_of) if on_device else _cpu_window(ops, steps)
+    measured = len(steps) - 1
+    window = max(w.end - w.start, 1e-9)
+    totals = _split_time(w.spans, w.start, w.end)
     profiled_step_ms = window / measured / 1e3
     if on_device and measured_step_ms and profiled_step_ms > measured_step_ms:
         # What the profiler added to the host's work shows on the device as idle time: taken
@@ -289,18 +307,17 @@ def summarize(
         extra = min(totals["idle"], (profiled_step_ms - measured_step_ms) * measured * 1e3)
         totals["idle"] -= extra
         window -= extra
-    categories = {c: totals[c] / window for c in CATEGORIES}
     profile = {
         "device": device,
         "timeline": "GPU" if on_device else "CPU",
         "steps": measured,
         "step_ms": profiled_step_ms,
         "measured_step_ms": measured_step_ms,
-        "categories": categories,
-        "matmul": _matmul_rates(matmul_work, matmul_time, peaks or {}, float32),
-        "launches_per_step": launches / measured,
-        "kernels_per_step": kernels / measured if on_device else None,
-        "top_kernels": _top(named, start, end, window),
+        "categories": {c: totals[c] / window for c in CATEGORIES},
+        "matmul": _matmul_rates(w.matmul_work, w.matmul_time, peaks or {}, float32),
+        "launches_per_step": w.launches / measured,
+        "kernels_per_step": w.kernels / measured if on_device else None,
+        "top_kernels": _top(w.named, w.start, w.end, window),
         "compile": dict(compile_counts or {}),
     }
     profile.update(verdict(profile, config or {}))
