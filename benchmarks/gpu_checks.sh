@@ -20,12 +20,14 @@
 #   why       profiles of gpt2-124m (issue 16): fp32 eager (expected compute-bound), bf16
 #             eager at batch 1 (expected host-bound), bf16 + compile + CUDA graphs at batch
 #             64; then one configuration unprofiled and profiled, side by side     ~5.5 min
+#   why-screenshot  the dashboard's profile panel (key x) on bf16 eager at batch 1, for the
+#             README                                                               ~1.5 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|why) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|why" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|why|why-screenshot) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|why|why-screenshot" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -139,6 +141,11 @@ a, b = (r["step_ms"] for r in rows)
 print(f"profiled vs unprofiled median: {b / a - 1:+.2%}")
 PY
     ;;
+  why-screenshot)
+    python3 -m tuner_tui.app.screenshot --workload gpt2-124m --device cuda \
+      --set precision=bf16,attention=sdpa,batch_size=1 --profile --size 160x50 \
+      --out "$OUT/profile-h200.svg" --json "$OUT/profile-h200.json" 2>"$OUT/profile-stderr.txt"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rows'][-1]; p=r['profile']; print(r['label'], p.get('bottleneck'), p.get('evidence'), p.get('categories'))" "$OUT/profile-h200.json" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
     # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).

@@ -265,6 +265,30 @@ def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(t
     assert TrialResult.from_dict(json.loads(json.dumps(result.to_dict()))).profile == profile
 
 
+def test_the_live_run_is_profiled_after_its_measurement_window():
+    client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    client.start()
+    try:
+        client.send(P.ProfileRun(steps=2))  # before any run: it waits for the next one
+        client.send(P.ApplyConfig({}, measure_steps=3))
+        seen = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(isinstance(e, P.ProfileMeasured) for e in seen):
+            event = client.wait_event(1.0)
+            if event is not None:
+                seen.append(event)
+            assert client.is_alive()
+        kinds = [type(e).__name__ for e in seen]
+        assert "no run is training" in next(e.text for e in seen if isinstance(e, P.WorkerLog))
+        assert kinds.index("TrialFinished") < kinds.index("ProfileMeasured")
+        done = next(e for e in seen if isinstance(e, P.ProfileMeasured))
+        run = next(e for e in seen if isinstance(e, P.RunStarted))
+        assert done.run_id == run.run_id and done.profile["steps"] == 2
+        _sums_to_one(done.profile)
+    finally:
+        client.stop()
+
+
 def test_many_tiny_ops_are_host_bound_through_the_worker():
     done = _trial("user_workloads:many_tiny_ops", steps=3, warmup_steps=2, profile_steps=3)
     profile = done.result.profile
