@@ -195,6 +195,8 @@ def test_suggestions_leave_out_what_the_configuration_already_does():
     assert suggestions("host", done) == ["a larger micro-batch (batch_size): more work per launch"]
     assert any("precision=bf16" in s for s in suggestions("compute", {"precision": "fp32"}))
     assert not any("precision" in s for s in suggestions("compute", {"precision": "bf16"}))
+    on_cpu = suggestions("memory", {}, gpu=False)  # no Triton kernels without CUDA
+    assert on_cpu and not any(s.startswith("fused_kernels") for s in on_cpu)
 
 
 # -- the search follows the verdict ----------------------------------------------------------------

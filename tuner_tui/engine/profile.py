@@ -408,6 +408,8 @@ def verdict(profile: dict, config: dict) -> dict:
 
 
 def suggestions(bottleneck: str, config: dict, gpu: bool = True) -> list[str]:
+    """What addresses `bottleneck`, as "option=value: why" lines; `gpu`: options that need
+    CUDA (CUDA graphs, Triton kernels, tf32, fp8) are offered only there."""
     mode = config.get("compile_mode", "off")
     precision = config.get("precision", "fp32")
     kernels = set(config.get("fused_kernels") or ())
@@ -422,7 +424,7 @@ def suggestions(bottleneck: str, config: dict, gpu: bool = True) -> list[str]:
         found.append("a larger micro-batch (batch_size): more work per launch")
     elif bottleneck == "memory":
         missing = {"layer_norm", "gelu", "rms_norm", "swiglu", "linear_cross_entropy"} - kernels
-        if missing:
+        if gpu and missing:  # Triton kernels: CUDA only
             found.append("fused_kernels (" + ", ".join(sorted(missing)) + "): fewer trips to memory")
         if mode == "off":
             found.append("compile_mode=default: Inductor fuses elementwise ops and norms")
@@ -431,9 +433,10 @@ def suggestions(bottleneck: str, config: dict, gpu: bool = True) -> list[str]:
     elif bottleneck == "compute":
         if precision in ("fp32", "tf32"):
             found.append("precision=bf16: tensor cores at several times the fp32 rate")
-        if precision == "fp32":
+        if gpu and precision == "fp32":
             found.append("precision=tf32: fp32 matmuls on tensor cores")
-        found.append("fp8 matmuls (float8 training) where the GPU has them")
+        if gpu:
+            found.append("fp8 matmuls (float8 training) where the GPU has them")
         if config.get("attention", "manual") == "manual":
             found.append("attention=sdpa: a flash-attention kernel")
     elif bottleneck == "communication":
