@@ -166,7 +166,10 @@ class Search:
         steps = self._steps_for(config)
         stored = self.store.lookup(self.workload_key, config.to_dict(), steps,
                                    self.plan.warmup_steps, self.environment)
-        if stored is not None and stored.result.status in REUSABLE:
+        # With --profile, a stored row that ran without a profile is measured again, with one.
+        unprofiled = (self.plan.profile_steps and stored is not None
+                      and stored.result.status == "ok" and not stored.result.profile)
+        if stored is not None and stored.result.status in REUSABLE and not unprofiled:
             self._begin(config)
             self.progress.end(
                 "skipped as measured (in the store): " + summary(stored.result)
