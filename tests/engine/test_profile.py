@@ -229,6 +229,37 @@ def test_the_stages_that_address_the_bottleneck_come_first():
     assert _stage_order("compute")[:3] == ["baseline", "precision", "attention"]
 
 
+def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, monkeypatch):
+    import io
+
+    from tuner_tui.engine import runner
+    from tuner_tui.engine.search import Search, SearchPlan
+    from tuner_tui.engine.store import ResultStore
+
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
+    sent = []
+
+    def counting(client, config, plan, *args, **kw):
+        sent.append(plan.profile_steps)
+        return runner.run_one(client, config, plan, *args, **kw)
+
+    fixed = {"precision": "fp32", "compile_mode": "off", "attention": "manual",
+             "checkpointing": "off", "optimizer": "plain", "fused_kernels": (), "batch_size": 0}
+    store = ResultStore(tmp_path / "results.sqlite3")
+
+    def tune(profile_steps):
+        plan = SearchPlan(WorkerSpec(workload="gpt2-tiny", device="cpu"), steps=2,
+                          warmup_steps=1, fixed=fixed, profile_steps=profile_steps)
+        return Search(plan, store, out=io.StringIO(), runner=counting).run()
+
+    assert not tune(0).results[0].profile
+    profiled = tune(2)
+    assert sent == [0, 2]  # the stored row had no profile: measured again, with one
+    assert profiled.results[0].profile["bottleneck"] in ("host", "memory", "compute")
+    assert tune(2).reused == 1 and sent == [0, 2]  # now stored with its profile
+    store.close()
+
+
 # -- through the real worker ----------------------------------------------------------------------
 
 
