@@ -73,6 +73,24 @@ async def test_x_on_another_row_applies_it_again_then_profiles_it_and_X_asks_for
         assert app.session.last_profiled().number == 3
 
 
+def test_the_session_puts_a_profile_on_its_runs_row():
+    from tuner_tui.app.session import Session
+
+    session = Session()
+    session.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)
+    result = protocol.TrialResult(config={}, label="fp32", status="ok", tokens_per_s=1.0)
+    session.apply(protocol.TrialFinished(1, result), 0.0)
+    session.apply(protocol.RunStarted(2, {}, "bf16", 8), 0.0)
+    profile = host_bound_profile({})
+    session.apply(protocol.ProfileMeasured(1, profile), 0.0)
+    assert session.rows[0].result.profile == profile and session.last_profiled() is session.rows[0]
+    assert session.rows[0].result.tokens_per_s == 1.0  # the measured figures stay
+    session.apply(protocol.ProfileMeasured(7, profile), 0.0)  # a run with no row: ignored
+    assert session.profiled == [1]
+    session.apply(protocol.ProfileMeasured(1, {"error": "profile failed: boom"}), 0.0)
+    assert ("warning", "profile failed: boom") in session.logs
+
+
 class ProfilingRecordedWorker(RecordedWorker):
     """The recorded run, and a profile of its last run when asked."""
 
