@@ -28,12 +28,17 @@
 #             each row's spread and the leaders re-measured interleaved         ~4.5 min
 #   gradients issue 14: the gradient gate's figures on the H200 (cosine, norm ratio per
 #             configuration against the fp32 reference), to check its tolerances  ~2 min
+#   why       profiles of gpt2-124m (issue 16): fp32 eager (expected compute-bound), bf16
+#             eager at batch 1 (expected host-bound), bf16 + compile + CUDA graphs at batch
+#             64; then one configuration unprofiled and profiled, side by side     ~5.5 min
+#   why-screenshot  the dashboard's profile panel (key x) on bf16 eager at batch 1, for the
+#             README                                                               ~1.5 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -122,6 +127,52 @@ case "${1:-}" in
     export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     python3 benchmarks/lce_chunks_e2e.py --workload llama-1b --chunks "${LCE_CHUNKS:-1024,2048,4096,8192}" \
       --json "$OUT/lce-chunks-llama-1b.json" 2>&1 | tee "$OUT/lce-chunks-llama-1b.log" ;;
+  why)
+    # Traces stay in /tmp (tens of MB each); their sizes are listed. 7 files come back.
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    c=/tmp/why-configs; mkdir -p $c
+    printf "[config]\n" > $c/fp32.toml
+    printf "[config]\nprecision = 'bf16'\nattention = 'sdpa'\nbatch_size = 1\n" > $c/bf16-b1.toml
+    printf "[config]\nprecision = 'bf16'\nattention = 'sdpa'\ncompile_mode = 'reduce-overhead'\noptimizer = 'fused'\nbatch_size = 64\n" > $c/graphs-b64.toml
+    printf "[config]\nprecision = 'bf16'\nattention = 'sdpa'\ncompile_mode = 'default'\noptimizer = 'fused'\n" > $c/compiled.toml
+    gputune bench --workload gpt2-124m --device cuda --steps 10 --profile --trace /tmp/why-traces \
+      --config $c/fp32.toml --config $c/bf16-b1.toml --config $c/graphs-b64.toml \
+      --json "$OUT/why-profiles.json" > "$OUT/why-profiles.log" 2>&1
+    ls -la /tmp/why-traces
+    # The profiler's cost stays out of the measured rows: the same configuration, unprofiled
+    # then profiled, each in its own bench (its own worker); they should differ by less than
+    # the spread of their steps.
+    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml \
+      --json "$OUT/why-unprofiled.json" > "$OUT/why-pair.log" 2>&1
+    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml --profile \
+      --json "$OUT/why-profiled.json" >> "$OUT/why-pair.log" 2>&1
+    python3 - "$OUT" <<'PY' | tee "$OUT/why-summary.txt"
+import json, sys
+out = sys.argv[1]
+for r in json.load(open(f"{out}/why-profiles.json"))["results"]:
+    p = r.get("profile") or {}
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in (p.get("categories") or {}).items() if v >= 0.01)
+    rates = "; ".join(f"{m['precision']} {m['tflops']:.0f} TFLOP/s ("
+                      + (f"{m['of_peak']:.0%} of peak)" if m["of_peak"] is not None else "no peak)")
+                      for m in p.get("matmul") or []) or "matmul FLOPs unknown (CUDA graphs hide the ops)"
+    print(f"{r['label']} (batch {r['batch_size']}): {r['status']}, {r.get('tokens_per_s') or 0:,.0f} tok/s, "
+          f"{r.get('step_ms') or 0:.1f} ms measured, {p.get('step_ms', 0):.1f} ms profiled\n"
+          f"  {p.get('bottleneck')}: {p.get('evidence') or p.get('error')}\n  {shares}\n  {rates}; "
+          f"{p.get('launches_per_step', 0):.0f} launches/step; compile {p.get('compile')}; profile {p.get('profiler_s', 0):.1f} s")
+rows = [json.load(open(f"{out}/why-{k}.json"))["results"][0] for k in ("unprofiled", "profiled")]
+for name, r in zip(("unprofiled", "profiled"), rows):
+    spread = (r["step_ms_max"] - r["step_ms_min"]) / r["step_ms"]
+    print(f"{name}: {r['tokens_per_s']:,.0f} tok/s, median {r['step_ms']:.2f} ms, "
+          f"min {r['step_ms_min']:.2f}, max {r['step_ms_max']:.2f} (spread {spread:.1%})")
+a, b = (r["step_ms"] for r in rows)
+print(f"profiled vs unprofiled median: {b / a - 1:+.2%}")
+PY
+    ;;
+  why-screenshot)
+    python3 -m tuner_tui.app.screenshot --workload gpt2-124m --device cuda \
+      --set precision=bf16,attention=sdpa,batch_size=1 --profile --size 160x50 \
+      --out "$OUT/profile-h200.svg" --json "$OUT/profile-h200.json" 2>"$OUT/profile-stderr.txt"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rows'][-1]; p=r['profile']; print(r['label'], p.get('bottleneck'), p.get('evidence'), p.get('categories'))" "$OUT/profile-h200.json" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
     # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).

@@ -19,6 +19,7 @@ def _modules_after_import(statement: str) -> set[str]:
         "import strategies",
         "import strategies.registry, strategies.config",
         "import tuner_tui.engine.protocol, tuner_tui.engine.client, tuner_tui.engine.bench",
+        "import tuner_tui.engine.profile, tuner_tui.engine.table, tuner_tui.engine.search",
         "import tuner_tui.cli",
         "import tuner_tui.app",
     ],
@@ -32,6 +33,7 @@ def test_imports_no_torch(statement):
     [
         "import strategies.compose, strategies.fused_kernels, strategies.checkpointing",
         "import tuner_tui.engine.worker, tuner_tui.engine.trial, tuner_tui.engine.bench",
+        "import tuner_tui.engine.profiler, tuner_tui.engine.profile",
         "import gputune_kernels",
     ],
 )

@@ -24,6 +24,8 @@ from tuner_tui import __version__
 from tuner_tui.engine.paths import compile_cache_environ, module_exists
 
 DEVICES = ("auto", "cuda", "cpu")
+PROFILE_STEPS = 3
+"""Steps a profile summarizes (the same as profiler.PROFILE_STEPS, which imports torch)."""
 EXIT_USAGE = 2
 MAX_SEED = 2**32 - 1
 """Seeds are mixed with the step number into torch generator seeds, which must fit 64 bits."""
@@ -54,6 +56,27 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    "workload's)")
     p.add_argument("--seed", type=int, default=0, help="seed for the initial weights and the "
                    "batches (default 0)")
+
+
+def add_profile_options(p: argparse.ArgumentParser, which: str) -> None:
+    p.add_argument("--profile", action="store_true",
+                   help=f"profile {which} over a few steps after its measured ones: where the "
+                        "step's time goes, the bottleneck (host, memory, compute, communication) "
+                        "and what to try")
+    p.add_argument("--trace", metavar="DIR", help="with the profile, write each profiled "
+                   "trial's Chrome/Perfetto trace into DIR (implies --profile)")
+
+
+def profile_steps(args) -> int:
+    """Steps profiled per trial, after checking --trace; 0 without --profile or --trace."""
+    if args.trace is not None:
+        path = Path(args.trace)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--trace {args.trace} is a file: a folder is wanted")
+        existing = next((p for p in [path, *path.parents] if p.exists()), None)
+        if existing is not None and not os.access(existing, os.W_OK):
+            raise UsageError(f"--trace {args.trace}: {existing} is not writable")
+    return PROFILE_STEPS if args.profile or args.trace is not None else 0
 
 
 def build_parser() -> Parser:
@@ -92,6 +115,7 @@ def build_parser() -> Parser:
     add_trust_options(bench, "before --export names the best, the two leaders (when close) are")
     bench.add_argument("--store", metavar="FILE", help="the result store (default: "
                        "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
+    add_profile_options(bench, "every row")
     add_tune_parser(sub)
     return parser
 
@@ -142,6 +166,8 @@ def add_tune_parser(sub) -> None:
                       help="give up on a trial after this many seconds (default 900)")
     add_trust_options(tune, "after the search, the leaders (up to 3 within a few spreads of "
                       "the best) are")
+    add_profile_options(tune, "every trial as it is measured (the report shows the leading "
+                        "rows'; the search tries first what addresses the best's bottleneck)")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -267,7 +293,8 @@ def cmd_bench(args) -> int:
     bench.apply_overrides(configs, overrides)  # a bad combination stops here, before any worker
     plan = bench.BenchPlan(worker_spec(args), configs, steps=args.steps, warmup_steps=args.warmup,
                            trial_timeout_s=args.trial_timeout, overrides=overrides,
-                           remeasure_repeats=args.remeasure, fresh=args.fresh)
+                           remeasure_repeats=args.remeasure, fresh=args.fresh,
+                           profile_steps=profile_steps(args), trace_dir=args.trace)
     def save_rows(results, environment, workload) -> None:
         bench.write_json(args.json, results, environment, workload, plan)
 
@@ -292,6 +319,8 @@ def cmd_bench(args) -> int:
     print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
     for line in noise_lines(results):
         print(line)
+    if plan.profile_steps:
+        print(table.format_profiles(results))
     if args.json:
         print(f"wrote {args.json}")
     top = runner.best(results)
@@ -348,6 +377,7 @@ def cmd_tune(args) -> int:
         trial_timeout_s=args.trial_timeout,
         fixed=overrides, choices=choices, compare=[read(path).config for path in args.compare],
         remeasure_repeats=args.remeasure, fresh=args.fresh,
+        profile_steps=profile_steps(args), trace_dir=args.trace,
     )
     try:
         store = ResultStore(args.store)

@@ -93,3 +93,37 @@ class OutOfMemoryInStep(TinyMLP):
 def oom_in_step():
     return Workload(name="oom-in-step", build_model=OutOfMemoryInStep, batch=_batch,
                     items_per_sample=1, default_batch_size=8)
+
+
+
+class TinyScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(4))
+        self.bias = nn.Parameter(torch.zeros(4))
+
+    def forward(self, h):
+        return torch.tanh(h * self.weight + self.bias)
+
+
+class ManyTinyOps(nn.Module):
+    """Hundreds of small modules on four numbers per sample: the step's time goes to Python and
+    to launching ops, not to arithmetic. The model a host-bound profile is made of."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(TinyScale() for _ in range(64))
+
+    def forward(self, x, y):
+        h = x[:, :4]
+        for layer in self.layers:
+            h = layer(h)
+        return nn.functional.cross_entropy(h, y)
+
+
+def many_tiny_ops():
+    # Ops on four numbers gain nothing from a second thread; on a loaded machine its wake-ups
+    # would stall every op and hide where the time goes.
+    torch.set_num_threads(1)
+    return Workload(name="many-tiny-ops", build_model=ManyTinyOps, batch=_batch,
+                    items_per_sample=1, default_batch_size=2, item_name="samples")

@@ -21,7 +21,7 @@ EVENT_TYPES = {
     for cls in (
         protocol.WorkerReady, protocol.RunStarted, protocol.CompileStarted, protocol.CompileFinished,
         protocol.StepMeasured, protocol.TrialFinished, protocol.RunFailed, protocol.Paused,
-        protocol.Resumed, protocol.WorkerLog,
+        protocol.Resumed, protocol.WorkerLog, protocol.ProfileMeasured,
     )
 }
 

@@ -341,7 +341,8 @@ async def test_help_and_command_palette_reach_every_action():
             "reapply": "Re-apply selected row", "export": "Export configuration",
             "sort": "Sort leaderboard", "baseline": "Apply baseline",
             "restart_worker": "Restart worker", "help": "Help", "quit": "Quit gputune",
-            "history": "History", "search": "Search",
+            "history": "History", "search": "Search", "profile": "Profile",
+            "profile(True)": "Profile and write a trace",
         }
         assert actions == set(wanted)
         assert set(wanted.values()) <= titles

@@ -8,12 +8,16 @@ computed from the configuration, so app tests run in milliseconds and snapshots 
 from __future__ import annotations
 
 import collections
+import gzip
+import json
 import threading
 import time
+from pathlib import Path
 
 from strategies.config import TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol
+from tuner_tui.engine.profile import Activity, summarize
 from tuner_tui.engine.telemetry import GpuSample, HostSample, ProcessSample, TelemetrySample
 
 CPU_CAPS = Capabilities(
@@ -31,6 +35,17 @@ WORKLOAD = {
     "item_name": "tokens",
     "default_batch_size": 8,
 }
+
+
+RECORDED_PROFILE = Path(__file__).parents[1] / "engine" / "data" / "profile-many-tiny-ops-cpu.json.gz"
+
+
+def host_bound_profile(config: dict) -> dict:
+    """The profile the fakes answer `ProfileRun` with: a real CPU profile of a host-bound
+    workload (tests/engine/data), summarized by the real analysis for `config`."""
+    doc = json.loads(gzip.decompress(RECORDED_PROFILE.read_bytes()))
+    activities = [Activity.from_row(row) for row in doc["activities"]]
+    return summarize(activities, "cpu", config=config)
 
 
 def speed_of(config: dict) -> float:
@@ -59,6 +74,7 @@ class FakeWorker:
         self.alive = False
         self.code: int | None = None
         self.run_id = 0
+        self.config: dict = {}
         self._cond = threading.Condition()
 
     @property
@@ -87,6 +103,9 @@ class FakeWorker:
         self.commands.append(command)
         if isinstance(command, protocol.ApplyConfig):
             self._apply(command.config)
+        elif isinstance(command, protocol.ProfileRun):
+            # The real worker waits for the measurement window; the fake's is already over.
+            self._emit(protocol.ProfileMeasured(self.run_id, host_bound_profile(self.config)))
         elif isinstance(command, protocol.Pause):
             self._emit(protocol.Paused())
         elif isinstance(command, protocol.Resume):
@@ -95,6 +114,7 @@ class FakeWorker:
             self.alive, self.code = False, 0
 
     def _apply(self, config: dict) -> None:
+        self.config = dict(config)
         self.run_id += 1
         run = self.run_id
         c = TuneConfig.from_dict(config)

@@ -39,6 +39,8 @@ from tuner_tui.app.widgets.host_panel import HostPanel
 from tuner_tui.app.widgets.memory_panel import MemoryPanel
 from tuner_tui.app.widgets.leaderboard import Leaderboard
 from tuner_tui.app.widgets.plot import TimeSeriesPlot
+from tuner_tui.app.profiling import profile_arrived, request_profile, show_profile
+from tuner_tui.app.widgets.profile_panel import ProfilePanel
 from tuner_tui.app.widgets.run_status import RunStatus
 from tuner_tui.app.widgets.toggles import TogglesPanel
 from tuner_tui.engine import protocol
@@ -76,6 +78,8 @@ class GputuneApp(App[int]):
         Binding("s", "sort", "Sort", show=False),
         Binding("t", "search", "Search"),
         Binding("h", "history", "History"),
+        Binding("x", "profile", "Profile"),
+        Binding("X", "profile(True)", "Profile + trace", show=False),
         Binding("b", "baseline", "Baseline", show=False),
         Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
         Binding("question_mark", "help", "Help"),
@@ -131,6 +135,7 @@ class GputuneApp(App[int]):
                 yield HostPanel(id="host")
         with Horizontal(id="bottom"):
             yield Leaderboard(id="leaderboard")
+            yield ProfilePanel(id="profile")
             yield ConfigView(id="config-view")
         yield Footer(show_command_palette=False)
 
@@ -144,6 +149,8 @@ class GputuneApp(App[int]):
         self.memory_panel = self.query_one(MemoryPanel)
         self.gpu_panel = self.query_one(GpuPanel)
         self.host_panel = self.query_one(HostPanel)
+        self.profile_panel = self.query_one(ProfilePanel)
+        self.profile_panel.border_title = "where the step goes"
         self.plots = {
             "throughput": self.query_one("#plot-throughput", TimeSeriesPlot),
             "step": self.query_one("#plot-step", TimeSeriesPlot),
@@ -213,6 +220,8 @@ class GputuneApp(App[int]):
                 self.toggles.mark_applied(TuneConfig.from_dict(event.config))
             except ConfigError:
                 pass
+        elif isinstance(event, protocol.ProfileMeasured):
+            profile_arrived(self, event)
         self.controller.on_event(event)
 
     # -- what the controller asks of the screen (`Controls`) ---------------------------------------
@@ -282,6 +291,7 @@ class GputuneApp(App[int]):
         else:
             row = self.session.row_for_run(self.session.run_id) or (self.session.rows[-1] if self.session.rows else None)
         self.config_view.show(row)
+        show_profile(self, row)
 
     @on(DataTable.RowHighlighted, "#leaderboard")
     @on(DataTable.RowSelected, "#leaderboard")
@@ -349,6 +359,11 @@ class GputuneApp(App[int]):
 
         self.push_screen(ExportScreen(what), write)
 
+    # -- profile ---------------------------------------------------------------------------------
+    def action_profile(self, trace: bool = False) -> None:
+        """Profile the selected row or the current run (key x; X also writes a trace)."""
+        request_profile(self, trace)
+
     # -- history ---------------------------------------------------------------------------------
     def action_history(self) -> None:
         if self.session.capabilities is None:
@@ -394,6 +409,8 @@ class GputuneApp(App[int]):
         yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
         yield SystemCommand("Search", "Start (or stop) the automatic search: gputune tune's stages, trial by trial on this run", self.action_search)
         yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
+        yield SystemCommand("Profile", "Where the step's time goes in the selected row (or the current run), and what to try", self.action_profile)
+        yield SystemCommand("Profile and write a trace", "The profile, and its Chrome/Perfetto trace under gputune-traces/", lambda: self.action_profile(True))
         yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
         yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
 

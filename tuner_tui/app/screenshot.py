@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="160x50", help="terminal size, WxH")
     parser.add_argument("--out", default="dashboard.svg")
     parser.add_argument("--json", metavar="FILE", help="write the leaderboard rows (TrialResult dicts)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the last row (key x) and show its panel in the screenshot")
     args = parser.parse_args(argv)
     try:
         configs = [parse_config(c) for c in args.configs]
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(app.session.rows) < wanted:
             print(f"screenshot: only {len(app.session.rows)} of {wanted} rows within {args.timeout:.0f}s", file=sys.stderr)
             outcome["code"] = 1
+        if args.profile and outcome["code"] == 0:
+            app.action_profile()
+            while not app.session.profiled and time.monotonic() < deadline:
+                await pilot.pause(0.5)
         await pilot.pause(args.after)
         app.clear_notifications()
         await pilot.pause(0.5)

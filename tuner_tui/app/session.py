@@ -116,6 +116,10 @@ class Session:
     """Progress of the automatic search, shown in the status line; empty when none runs."""
     pending: tuple[dict, str] | None = None
     """(config, label) sent to the worker and not started yet."""
+    profile_note: str = ""
+    """What the profile panel says while a profile is on its way."""
+    profiled: list[int] = field(default_factory=list)
+    """Numbers of the rows that received a profile, in order."""
 
     last_step: protocol.StepMeasured | None = None
     throughput: Series = field(default_factory=Series)
@@ -171,6 +175,10 @@ class Session:
     def current_result(self) -> protocol.TrialResult | None:
         row = self.row_for_run(self.run_id)
         return row.result if row else None
+
+    def last_profiled(self) -> Row | None:
+        number = self.profiled[-1] if self.profiled else None
+        return next((r for r in self.rows if r.number == number), None)
 
     def compiling_for(self, now: float) -> float | None:
         """Seconds the current compile has run, or None when not compiling."""
@@ -273,6 +281,17 @@ class Session:
             self.worker_state = "idle"
             self.compile_started_at = None
         self.logs.append(("error", f"{event.kind}: {event.message}"))
+
+    def _on_ProfileMeasured(self, event: protocol.ProfileMeasured, now: float) -> None:
+        row = self.row_for_run(event.run_id)
+        if row is None:
+            return  # the run's worker died meanwhile
+        row.result = replace(row.result, profile=dict(event.profile))
+        self.rows_version += 1
+        self.profiled.append(row.number)
+        self.profile_note = ""
+        if event.profile.get("error"):
+            self.logs.append(("warning", event.profile["error"]))
 
     def _on_Paused(self, event: protocol.Paused, now: float) -> None:
         if self.worker_state != "paused":

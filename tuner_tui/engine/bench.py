@@ -27,7 +27,7 @@ from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
 from tuner_tui.engine.runner import (
-    NextWorker, TrialPlan, best, run_one, runnable, start_worker,
+    NextWorker, TrialPlan, best, run_one, runnable, start_worker, trace_path,
 )
 from tuner_tui.engine.search.memory import estimate
 from tuner_tui.engine.store import REUSABLE, ResultStore, workload_key
@@ -113,9 +113,14 @@ class BenchPlan:
     """Interleaved runs of each of the two leaders before `--export` names the best; 0: none."""
     fresh: bool = False
     """Measure every row again instead of reusing the store's."""
+    profile_steps: int = 0
+    """Steps profiled after each row's measured ones (`--profile`); 0: none."""
+    trace_dir: str | None = None
 
-    def trial_plan(self) -> TrialPlan:
-        return TrialPlan(self.steps, self.warmup_steps, self.trial_timeout_s)
+    def trial_plan(self, index: int = 0, config: TuneConfig | None = None) -> TrialPlan:
+        trace = trace_path(self.trace_dir, index, config) if config is not None else None
+        return TrialPlan(self.steps, self.warmup_steps, self.trial_timeout_s,
+                         self.profile_steps, trace)
 
 
 def apply_overrides(configs: list[TuneConfig], overrides: dict) -> list[TuneConfig]:
@@ -186,7 +191,8 @@ def run_bench(
                 if index < total:
                     next_worker.begin(client)
                 estimated = estimate(config, results, default_batch)
-                result = run_one(client, config, plan.trial_plan(), references.get(key, ()), progress)
+                result = run_one(client, config, plan.trial_plan(index, config),
+                                 references.get(key, ()), progress)
                 if estimated is not None:
                     result = replace(result, memory_estimate=estimated.to_dict())
                 if store is not None:

@@ -60,6 +60,19 @@ class RunTrial:
     """Early stop: once `stop_after_steps` steps are measured, a median step time above this
     ends the trial with status "stopped" (the search already has a clearly faster one)."""
     stop_after_steps: int = 3
+    profile_steps: int = 0
+    """After the measured steps, profile this many more (0: none); the result's `profile`."""
+    trace_path: str | None = None
+    """Where to write the profiler's Chrome/Perfetto trace (with profile_steps)."""
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """Profile the live run over a few steps once its measurement window is over (the next
+    run's, if another configuration is applied first); answered by `ProfileMeasured`."""
+
+    steps: int = 3
+    trace_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,7 @@ class Shutdown:
     pass
 
 
-Command = ApplyConfig | RunTrial | Pause | Resume | Shutdown
+Command = ApplyConfig | RunTrial | ProfileRun | Pause | Resume | Shutdown
 
 # -- events (worker -> UI) ------------------------------------------------------------------------
 
@@ -193,6 +206,8 @@ class TrialResult:
     """In a group (parallel != none), one entry per rank: rank, step_ms (its median),
     peak_memory_bytes, peak_reserved_bytes. The group's figures above are all ranks' tokens,
     the slowest rank's step time and the largest rank's peak."""
+    profile: dict = field(default_factory=dict)
+    """Where the step's time goes (`engine/profile.py`), when profiled; {} otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -237,6 +252,14 @@ class RunFailed:
 
 
 @dataclass(frozen=True)
+class ProfileMeasured:
+    """The profile of run `run_id` (`engine/profile.py`), as asked by `ProfileRun`."""
+
+    run_id: int
+    profile: dict
+
+
+@dataclass(frozen=True)
 class Paused:
     pass
 
@@ -262,6 +285,7 @@ Event = (
     | StepMeasured
     | TrialFinished
     | RunFailed
+    | ProfileMeasured
     | Paused
     | Resumed
     | WorkerLog

@@ -7,9 +7,11 @@ torch, the parent does not.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
@@ -26,6 +28,17 @@ class TrialPlan:
     steps: int = 20
     warmup_steps: int = 5
     trial_timeout_s: float = 900.0
+    profile_steps: int = 0
+    """Steps profiled after the measured ones (0: no profile)."""
+    trace_path: str | None = None
+
+
+def trace_path(trace_dir: str | None, index: int, config: TuneConfig) -> str | None:
+    """Where a trial's profiler trace goes: numbered, named by the configuration."""
+    if not trace_dir:
+        return None
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", config.label()).strip("-") or "config"
+    return str(Path(trace_dir) / f"{index:02d}-{slug}.json")
 
 
 class WorkerStartError(Exception):
@@ -129,7 +142,8 @@ def run_one(
     stop_if_slower_than_ms: float | None = None,
 ) -> protocol.TrialResult:
     client.send(protocol.RunTrial(config.to_dict(), plan.steps, plan.warmup_steps, reference,
-                                  stop_if_slower_than_ms=stop_if_slower_than_ms))
+                                  stop_if_slower_than_ms=stop_if_slower_than_ms,
+                                  profile_steps=plan.profile_steps, trace_path=plan.trace_path))
     deadline = time.monotonic() + plan.trial_timeout_s
     progress.set("building")
     measured = 0
@@ -149,6 +163,8 @@ def run_one(
             if event.step >= plan.warmup_steps:
                 measured += 1
                 progress.set("measuring", f"{measured}/{plan.steps}")
+                if measured >= plan.steps and plan.profile_steps:
+                    progress.set("profiling")
             else:
                 progress.set("warming up")
         elif isinstance(event, protocol.TrialFinished):

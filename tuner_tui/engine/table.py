@@ -10,6 +10,7 @@ from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
 from tuner_tui.engine.noise import is_noisy, spread_text
 from tuner_tui.engine.protocol import measured_peak
+from tuner_tui.engine.profile import describe
 
 
 def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
@@ -93,3 +94,14 @@ def render_columns(headers: list[str], rows: list[list[str]]) -> list[str]:
     out = io.StringIO()
     Console(file=out, width=100_000, color_system=None, force_terminal=False, highlight=False).print(table)
     return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+def format_profiles(results: list[protocol.TrialResult]) -> str:
+    """Each profiled row's profile: where its step's time goes, the verdict, what to try."""
+    lines = []
+    for i, r in enumerate(results, start=1):
+        if r.profile.get("categories"):
+            lines += ["", f"#{i} {r.label}"] + ["  " + line for line in describe(r.profile)]
+        elif r.profile.get("error"):
+            lines += ["", f"#{i} {r.label}: {r.profile['error']}"]
+    return "\n".join(lines)

@@ -121,7 +121,7 @@ class Trainer:
         self.batch_size = self.config.batch_size or self.workload.default_batch_size
         # Before anything is built: batch_size = 0 is the workload's default, known only here.
         self.accumulation_steps = self.config.accumulation_steps(self.batch_size)
-        self._pending: list = []  # (step, end event or None, loss copy, t_host)
+        self._pending: list = []  # (step, end event (CUDA) or end time (CPU), loss copy, t_host)
         self._last_end = None
         self._last_host = None
         self._step = 0
@@ -180,10 +180,11 @@ class Trainer:
         if i == 0:
             self.memory_parts = memory_parts(self.tuned.model, self.tuned.optimizer, self.torch_device)
             self.tuned.zero_grad()
-        end = None
         if self.device == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
+        else:
+            end = time.perf_counter()  # the CPU ran the step synchronously: it ends here
         self._pending.append((i, end, loss_value, host_start))
         self._step += 1
         # The first step (compile) and the warm-up are synchronous, so that their wall time is
@@ -242,7 +243,7 @@ class Trainer:
         done = []
         while len(self._pending) > keep:
             i, end, loss_t, host_start = self._pending.pop(0)
-            if end is not None:
+            if not isinstance(end, float):
                 end.synchronize()
                 if self._last_end is not None and i > 0:
                     ms = self._last_end.elapsed_time(end)
@@ -250,8 +251,9 @@ class Trainer:
                     ms = (time.perf_counter() - host_start) * 1e3
                 self._last_end = end
             else:
-                now = time.perf_counter()
-                ms = (now - host_start) * 1e3
+                # Timed when the step ended, not now: collected HOST_AHEAD steps later, "now"
+                # would add the steps since.
+                ms = (end - host_start) * 1e3
             loss = float(loss_t)
             if not math.isfinite(loss):
                 raise Diverged(f"loss became {loss} at step {i}")

@@ -46,6 +46,10 @@ class Worker:
         self.gradients: tuple[int, dict | None] | None = None
         """(batch size, the fp32 reference's first-step gradients): the latest one only, as
         it holds a copy of every gradient in host memory."""
+        self.profile_request: protocol.ProfileRun | None = None
+        """Taken on the live run once its measurement window is over."""
+        self.compile_before: dict = {}
+        """torch.compile's counters before the last build, so a profile counts its run's only."""
 
     def emit(self, event) -> None:
         self.events.put(event)
@@ -175,6 +179,9 @@ class Worker:
                 "CUDA out of memory. Tried to allocate 64.00 GiB. GPU 0 has a total capacity of "
                 "0 bytes of which 0 bytes is free. (injected by WorkerSpec.fault_injection)"
             )
+        from tuner_tui.engine.profiler import compile_counters
+
+        self.compile_before = compile_counters()
         trainer.build()
 
     def _inject_oom(self, batch_size: int, precision: str) -> bool:
@@ -278,12 +285,30 @@ class Worker:
                     self.emit(protocol.TrialFinished(self.run_id, self._stopped(trainer, cmd)))
                     return
             self._emit_records(trainer, trainer.finish())
-            self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
+            result = trainer.result()
+            if cmd.profile_steps and result.measured_steps:
+                profile = self._profile(trainer, result, cmd.profile_steps, cmd.trace_path)
+                result = dataclasses.replace(result, profile=profile)
+            self.emit(protocol.TrialFinished(self.run_id, result))
         except Exception as exc:
             self._fail(exc, trainer)
         finally:
             if trainer is not None:
                 trainer.close()
+
+    def _profile(self, trainer, result: protocol.TrialResult, steps: int,
+                 trace_path: str | None) -> dict:
+        """The profile of `steps` more steps of a measured run (see `profiler.py`); a profile
+        that fails leaves the measured row as it is, with the reason."""
+        from tuner_tui.engine.profiler import profile_trainer
+        from tuner_tui.engine.trial import describe_failure
+
+        try:
+            return profile_trainer(trainer, steps, trace_path, result.step_ms, self.compile_before)
+        except Exception as exc:
+            message = f"profile failed: {describe_failure(exc) or type(exc).__name__}"
+            self.emit(protocol.WorkerLog("warning", message))
+            return {"error": message}
 
     def _wait_until_quiet(self, trainer) -> None:
         """Hold the measured steps while the parent starts the next trial's worker (importing
@@ -350,6 +375,10 @@ class Worker:
             if not self.live_reported and done >= self.measure_steps:
                 self.live_reported = True
                 self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
+            if self.live_reported and self.profile_request is not None:
+                request, self.profile_request = self.profile_request, None
+                profile = self._profile(trainer, trainer.result(), request.steps, request.trace_path)
+                self.emit(protocol.ProfileMeasured(self.run_id, profile))
         except Exception as exc:
             self._fail(exc, trainer)
         else:
@@ -370,6 +399,11 @@ class Worker:
             self.apply_config(cmd)
         elif isinstance(cmd, protocol.RunTrial):
             self.run_trial(cmd)
+        elif isinstance(cmd, protocol.ProfileRun):
+            self.profile_request = cmd
+            if self.trainer is None:
+                self.emit(protocol.WorkerLog(
+                    "warning", "no run is training: the profile waits for the next run"))
         elif isinstance(cmd, protocol.Pause):
             self.paused = True
             if self.trainer is not None:

@@ -25,6 +25,12 @@ same initial weights and batches, so the figures compare like with like.
 - **GPU / host**: NVML figures per GPU (or why there are none) and the worker's CPU and memory.
 - **Leaderboard**: one row per configuration tried; the first row that ran is the baseline.
   Click a header (or press `s`) to sort; the selected row's configuration is shown beside it.
+- **Where the step goes** (after `x`, in the configuration's place): the profile of a run, taken by torch.profiler over a
+  few steps after its measured ones: the step's time split into matmul, attention,
+  norm/elementwise, optimizer, memory copies, communication and idle (on a GPU: no kernel
+  running, the host is the limit); the matmuls' TFLOP/s against the peak of their dtype;
+  launches per step; torch.compile's graphs, breaks and recompiles; the costliest kernels.
+  Beside the bars, the bottleneck (host, memory, compute, communication), why, and what to try.
 
 ## Keys
 | key | action |
@@ -36,6 +42,8 @@ same initial weights and batches, so the figures compare like with like.
 | `s` | sort the leaderboard by the next column |
 | `t` | start / stop the automatic search (`gputune tune`'s stages, trial by trial on this run) |
 | `h` | history: what was measured before on this machine (Enter re-applies) |
+| `x` | profile the selected row (applied again if it is not the current run) or the current run; again on the row shown: hide the profile |
+| `X` | the same, and write its Chrome/Perfetto trace under `gputune-traces/` |
 | `b` | apply the baseline (all defaults) |
 | `ctrl+r` | restart the worker process |
 | `ctrl+p` | command palette: every action by name |

@@ -36,7 +36,7 @@ from tuner_tui.engine.reference import (
     LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
 )
 from tuner_tui.engine.runner import (
-    NextWorker, TrialPlan, WorkerStartError, best, run_one, start_worker,
+    NextWorker, TrialPlan, WorkerStartError, best, run_one, start_worker, trace_path,
 )
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, checkpoint_ratios, estimate, estimate_peak, measured_peak, micro_batch,
@@ -74,6 +74,10 @@ class SearchPlan:
     compare: list = field(default_factory=list)
     """Configurations (TuneConfig) measured first, side by side with the search, such as the
     one the user trains with now; the report gives the recommendation's speed against each."""
+    profile_steps: int = 0
+    """Steps profiled after each trial's measured ones (`--profile`); 0: none. The stages
+    then go first to what addresses the best's bottleneck (`StagedSearch`)."""
+    trace_dir: str | None = None
     early_stop_ratio: float = 1.5
     """A trial whose throughput after a few steps is below the best's divided by this stops."""
     early_stop_after: int = 3
@@ -173,7 +177,10 @@ class Search:
         steps = self._steps_for(config)
         stored = None if self.plan.fresh else self.store.lookup(
             self.workload_key, config.to_dict(), steps, self.plan.warmup_steps, self.environment)
-        if stored is not None and stored.result.status in REUSABLE:
+        # With --profile, a stored row that ran without a profile is measured again, with one.
+        unprofiled = (self.plan.profile_steps and stored is not None
+                      and stored.result.status == "ok" and not stored.result.profile)
+        if stored is not None and stored.result.status in REUSABLE and not unprofiled:
             self._begin(config)
             self.progress.end(
                 "skipped as measured (in the store): " + summary(stored.result)
@@ -247,7 +254,8 @@ class Search:
         # at batch 16 killed after 60 s, its fp32 reference too).
         timeout = min(self.plan.trial_timeout_s, max(self._time_left(), TRIAL_GRACE_S))
         plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
-                         trial_timeout_s=timeout)
+                         trial_timeout_s=timeout, profile_steps=self.plan.profile_steps,
+                         trace_path=trace_path(self.plan.trace_dir, len(self.order) + 1, config))
         try:
             stop_ms = self._early_stop_ms(config, reference) if early_stop else None
             return self.runner(client, config, plan, reference, self.progress,

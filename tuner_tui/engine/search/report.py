@@ -18,7 +18,10 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.space import SearchSpace
-from tuner_tui.engine.table import format_table
+from tuner_tui.engine.table import format_profiles, format_table
+
+PROFILED_LEADERS = 3
+"""How many of the leading rows' profiles the report shows."""
 
 
 @dataclass
@@ -172,6 +175,10 @@ def report(outcome: SearchOutcome) -> str:
         lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
     if outcome.remeasured is not None:
         lines += ["", outcome.remeasured.text()]
+    leaders = [r for r in outcome.ranked[:outcome.eligible] if r.profile][:PROFILED_LEADERS]
+    if leaders:
+        lines += ["", "Where the leading rows' step time goes (profiled after the measured "
+                  "steps):", format_profiles(leaders).lstrip("\n")]
     lines.append("")
     if outcome.recommendation:
         lines.append(f"Recommended: {outcome.recommendation.label}: {outcome.reason}")

@@ -143,10 +143,21 @@ class StagedSearch(SearchStrategy):
     """Stages that go on, a round at a time, until they propose nothing new."""
     CHECKPOINT_COST = ("off", "selective", "every-n", "full")
     """Checkpointing modes from the least recomputation to the most."""
+    ADDRESSES = {
+        "host": {"compile", MEMORY_STAGE, "optimizer"},
+        "memory": {"kernels x compile", "compile", "optimizer"},
+        "compute": {"precision", "attention", "fp8"},
+    }
+    """The stages that address each bottleneck of a profile (`engine/profile.py`). With profiles
+    (tune --profile), the stages still to come that address the best's bottleneck go first,
+    each in its usual order."""
 
     def __init__(self, space: SearchSpace) -> None:
         super().__init__(space)
         self.stage = 0
+        """How many stages are done (or under way); `order[stage]` is the next."""
+        self.order = list(range(len(self.STAGES)))
+        self._ordered_at = -1
         self.round: list[TuneConfig] = []
         self.round_stage = self.STAGES[0][0]
 
@@ -292,9 +303,19 @@ class StagedSearch(SearchStrategy):
         best = history.steering_best()
         return TuneConfig.from_dict(best.config) if best else self.space.start()
 
+    def _follow_bottleneck(self, history: History) -> None:
+        best = history.steering_best()
+        first = self.ADDRESSES.get((best.profile or {}).get("bottleneck"), set()) if best else set()
+        rest = self.order[self.stage:]
+        rest.sort(key=lambda s: self.STAGES[s][0] not in first)  # stable: the usual order within
+        self.order[self.stage:] = rest
+
     def propose(self, history: History) -> list[TuneConfig]:
         while self.stage < len(self.STAGES):
-            found = self.candidates(self.stage, history)
+            if self._ordered_at != self.stage:  # a new stage begins: the best may have changed
+                self._follow_bottleneck(history)
+                self._ordered_at = self.stage
+            found = self.candidates(self.order[self.stage], history)
             reached = [c for c in found if history.is_aside(c)]
             if reached:
                 # Measured aside already: adopted without a re-run; the incumbent may change,
@@ -302,7 +323,7 @@ class StagedSearch(SearchStrategy):
                 for config in reached:
                     history.adopt(config)
                 continue
-            name = self.STAGES[self.stage][0]
+            name = self.STAGES[self.order[self.stage]][0]
             # The fit and memory stages go on (one floor, or one checkpointing mode further, per
             # round) until they propose nothing new; the others take one round.
             if not found or name not in self.ROUNDS_UNTIL_DONE:
@@ -314,7 +335,7 @@ class StagedSearch(SearchStrategy):
 
     def remaining(self, history: History) -> int:
         """Later stages' candidates around the best so far (they move as the best changes)."""
-        later = {config_key(c) for s in range(self.stage, len(self.STAGES))
+        later = {config_key(c) for s in self.order[self.stage:]
                  for c in self.candidates(s, history)}
         return len(later - {config_key(c) for c in self.round})
 

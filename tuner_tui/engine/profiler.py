@@ -1,0 +1,160 @@
+"""Profiling a run in the worker: torch.profiler over a few steady steps of a `Trainer`, after
+its measured steps, turned into plain `Activity` records and summarized by `profile.summarize`.
+
+The profiled steps come after the measurement and their records are dropped, so the profiler's
+cost never reaches a measured row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from tuner_tui.engine import profile as analysis
+from tuner_tui.engine.mfu import PEAK_TFLOPS
+from tuner_tui.engine.profile import STEP_MARKER, Activity
+
+PROFILE_STEPS = 3
+"""Steps summarized (after one lead-in step that is profiled but not counted)."""
+
+_KINDS = {
+    "cpu_op": "op", "user_annotation": "annotation", "kernel": "kernel", "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset", "cuda_runtime": "runtime", "cuda_driver": "runtime",
+}
+
+
+def compile_counters() -> dict:
+    """torch.compile's counters so far in this process (graphs compiled, graph breaks)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def compile_counts(before: dict | None) -> dict:
+    """Graphs, graph breaks and recompiles of the run built after `before` was taken. Dynamo's
+    guard failures (each one a recompile) are cleared when a run is built (`release_memory`)."""
+    from torch._dynamo.utils import guard_failures
+
+    now = compile_counters()
+    before = before or {}
+    counts = {k: now[k] - before.get(k, 0) for k in now}
+    counts["recompiles"] = sum(len(v) for v in guard_failures.values())
+    return counts
+
+
+def activities_of(events) -> list[Activity]:
+    """The profiler's FunctionEvents as plain records."""
+    found = []
+    for e in events:
+        kind = _KINDS.get(str(getattr(e, "activity_type", "") or ""))
+        if kind is None:
+            continue
+        device = kind in analysis.DEVICE_KINDS
+        dtype = next((d for d in (getattr(e, "input_dtypes", None) or ())
+                      if "float" in d.lower() or "half" in d.lower()), "")
+        found.append(Activity(
+            name=e.name, kind=kind, start_us=float(e.time_range.start),
+            end_us=float(e.time_range.end),
+            track=int(getattr(e, "device_resource_id", 0) or 0) if device else int(e.thread),
+            id=int(e.id) if kind in ("op", "annotation") else 0,
+            link=int(getattr(e, "linked_correlation_id", 0) or 0),
+            flops=float(getattr(e, "flops", 0) or 0), dtype=dtype,
+        ))
+    return found
+
+
+def peaks_for(trainer) -> dict[str, tuple[float, str]]:
+    """Datasheet peaks of this GPU per precision, and the configuration's own (probed where the
+    GPU is not in the table). None on the CPU, where no peak is trustworthy (see Trainer.mfu)."""
+    if trainer.device != "cuda":
+        return {}
+    peaks = {}
+    for key, table in PEAK_TFLOPS:
+        if key in trainer.device_name:
+            peaks = {p: (t, f"datasheet: {trainer.device_name} {p} dense") for p, t in table.items()}
+            break
+    own = trainer.peak()
+    peaks.setdefault(trainer.config.precision, (own.tflops, own.source))
+    return peaks
+
+
+def float32_precision() -> str:
+    try:
+        return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    except Exception:
+        return "fp32"
+
+
+@contextlib.contextmanager
+def _without_kineto_chatter():
+    """Kineto prints a line to the process's stderr when profiling starts and stops, whatever
+    its log level; in the dashboard's terminal it would land over the screen. Everything else
+    written to stderr meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines(keepends=True):
+                if not line.startswith(("USDT:", "STAGE:")):
+                    sys.stderr.write(line)
+
+
+def capture(trainer, steps: int = PROFILE_STEPS, trace_path: str | None = None) -> list[Activity]:
+    """The activities of one lead-in step and `steps` more of a built, warmed-up trainer, each
+    inside a step marker; the trainer's records of these steps are dropped afterwards."""
+    trainer.finish()
+    kept = len(trainer.records)
+    activities = [ProfilerActivity.CPU]
+    if trainer.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        with _without_kineto_chatter(), profile(
+            activities=activities, record_shapes=True, with_flops=True
+        ) as prof:
+            for i in range(steps + 1):
+                with record_function(f"{STEP_MARKER}{i}"):
+                    trainer.step()
+            trainer.finish()
+    finally:
+        del trainer.records[kept:]
+    if trace_path:
+        path = Path(trace_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(path))
+    return activities_of(prof.events())
+
+
+def profile_trainer(
+    trainer,
+    steps: int = PROFILE_STEPS,
+    trace_path: str | None = None,
+    measured_step_ms: float | None = None,
+    compile_before: dict | None = None,
+) -> dict:
+    """The summary (`profile.summarize`) of `steps` profiled steps of a measured trainer."""
+    started = time.perf_counter()
+    records = capture(trainer, steps, trace_path)
+    summary = analysis.summarize(
+        records, trainer.device, measured_step_ms=measured_step_ms, peaks=peaks_for(trainer),
+        float32=float32_precision(), config=trainer.config.to_dict(),
+        compile_counts=compile_counts(compile_before),
+    )
+    if trace_path:
+        summary["trace"] = str(trace_path)
+    summary["profiler_s"] = time.perf_counter() - started
+    return summary
