@@ -14,6 +14,7 @@ from strategies.config import ExportedConfig, TuneConfig, save
 from strategies.files import write_atomic
 from tuner_tui import format as fmt
 from tuner_tui.engine.noise import noise_lines, noise_warning
+from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
 from tuner_tui.engine.search.memory import measured_peak
@@ -81,8 +82,8 @@ def explain(outcome: SearchOutcome) -> str:
     eligible = outcome.ranked[:outcome.eligible]
     parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
              "that ran and kept the loss"]
-    if is_fp32_eager(top):
-        parts[0] += " (it is the fp32 eager reference itself)"
+    if computes_reference(TuneConfig.from_dict(top.config)):
+        parts[0] += " (it computes the fp32 eager reference itself)"
     elif top.loss_ok:
         parts[0] += (f" (within {top.loss_max_rel_error:.1e} of the fp32 reference, tolerance "
                      f"{top.loss_tolerance:.1%} for {top.config['precision']})")
