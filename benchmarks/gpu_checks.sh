@@ -183,7 +183,7 @@ PY
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
     budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
     gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
-      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5}" --trial-timeout 150 --steps 10 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
       --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16,8bit \
       --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
