@@ -221,7 +221,11 @@ def _stored(store: ResultStore | None, plan: BenchPlan, config: TuneConfig,
         return None
     found = store.lookup(workload_key(ready.workload), config.to_dict(), plan.steps,
                          plan.warmup_steps, ready.environment)
-    return found.result if found is not None and found.result.status in REUSABLE else None
+    if found is None or found.result.status not in REUSABLE:
+        return None
+    if plan.profile_steps and found.result.status == "ok" and not found.result.profile:
+        return None  # --profile: a row stored without a profile is measured again, with one
+    return found.result
 
 
 def remeasure_best(

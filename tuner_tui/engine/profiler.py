@@ -50,11 +50,34 @@ def compile_counts(before: dict | None) -> dict:
     return counts
 
 
+def _kind(e) -> str | None:
+    """The event's kind (a value of _KINDS), or None for events the summary leaves out."""
+    activity = getattr(e, "activity_type", None)
+    if activity:
+        return _KINDS.get(str(activity))
+    # torch before 2.12 (the H200 machine's 2.11) has no activity_type: tell the kinds from the
+    # device, the annotation flag and the name.
+    on_device = str(getattr(e, "device_type", "")).rsplit(".", 1)[-1] == "CUDA"
+    annotation = bool(getattr(e, "is_user_annotation", False))
+    name = e.name
+    if on_device:
+        if annotation:
+            return None  # the GPU-side copy of a record_function
+        lowered = name.lower()
+        return "memcpy" if lowered.startswith("memcpy") else (
+            "memset" if lowered.startswith("memset") else "kernel")
+    if annotation:
+        return "annotation"
+    if name.startswith("cuda") or (name.startswith("cu") and name[2:3].isupper()):
+        return "runtime"
+    return "op"
+
+
 def activities_of(events) -> list[Activity]:
     """The profiler's FunctionEvents as plain records."""
     found = []
     for e in events:
-        kind = _KINDS.get(str(getattr(e, "activity_type", "") or ""))
+        kind = _kind(e)
         if kind is None:
             continue
         device = kind in analysis.DEVICE_KINDS
