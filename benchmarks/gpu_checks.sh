@@ -142,9 +142,9 @@ case "${1:-}" in
     # The profiler's cost stays out of the measured rows: the same configuration, unprofiled
     # then profiled, each in its own bench (its own worker); they should differ by less than
     # the spread of their steps.
-    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml \
+    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml --fresh \
       --json "$OUT/why-unprofiled.json" > "$OUT/why-pair.log" 2>&1
-    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml --profile \
+    gputune bench --workload gpt2-124m --device cuda --config $c/compiled.toml --profile --fresh \
       --json "$OUT/why-profiled.json" >> "$OUT/why-pair.log" 2>&1
     python3 - "$OUT" <<'PY' | tee "$OUT/why-summary.txt"
 import json, sys

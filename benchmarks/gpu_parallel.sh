@@ -27,7 +27,7 @@ timeout -k 5 75 python3 benchmarks/parallel_scaling.py --faults --json "$OUT/par
   > "$OUT/parallel-faults.log" 2>&1
 grep '^{' "$OUT/parallel-faults.log"
 
-for workload in llama-1b examples.hf_causal_lm:llama; do
+for workload in ${PARALLEL_WORKLOADS:-llama-1b examples.hf_causal_lm:llama}; do
   name=${workload##*:}; [ "$name" = llama ] && name=hf-llama
   echo "== $name $(date +%T)"
   timeout -k 5 205 python3 benchmarks/parallel_scaling.py --workload "$workload" --per-gpu-batch 4 \
