@@ -222,9 +222,9 @@ def _stage_order(bottleneck):
 
 def test_the_stages_that_address_the_bottleneck_come_first():
     usual = _stage_order(None)
-    assert usual[:3] == ["baseline", "precision", "attention"]
+    assert usual[:4] == ["baseline", "precision", "optimizer", "attention"]
     host = _stage_order("host")
-    assert host[:3] == ["baseline", "compile", "optimizer"]
+    assert host[:3] == ["baseline", "optimizer", "compile"]
     assert sorted(host) == sorted(usual)  # the same stages, in another order
     assert _stage_order("compute")[:3] == ["baseline", "precision", "attention"]
 
@@ -244,7 +244,8 @@ def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, mo
         return runner.run_one(client, config, plan, *args, **kw)
 
     fixed = {"precision": "fp32", "compile_mode": "off", "attention": "manual",
-             "checkpointing": "off", "optimizer": "plain", "fused_kernels": (), "batch_size": 0}
+             "checkpointing": "off", "optimizer": "plain", "fused_kernels": (), "batch_size": 0,
+             "weights": "fp32", "optimizer_state": "fp32", "fp8": "off", "micro_batch_size": 0}
     store = ResultStore(tmp_path / "results.sqlite3")
 
     def tune(profile_steps):

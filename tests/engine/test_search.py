@@ -210,7 +210,7 @@ def _search(store, runner, **plan):
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection=plan.pop("fault", None))
     # Fused kernels are held off: tests run Triton's interpreter (TRITON_INTERPRET=1), slowly.
     fixed = {"compile_mode": "off", "attention": "manual", "checkpointing": "off",
-             "optimizer": "plain", "fused_kernels": ()}
+             "optimizer": "plain", "fused_kernels": (), **MEMORY_LEVERS_HELD}
     fixed = {k: v for k, v in fixed.items() if k not in plan.get("choices", {})}
     # The leaders' interleaved re-measurement is off unless a test asks (test_noise.py does).
     plan = SearchPlan(spec, steps=plan.pop("steps", 2), warmup_steps=1,

@@ -31,7 +31,7 @@ def test_a_row_that_is_not_json_is_measured_again_and_left_out_of_the_history(tm
     path = tmp_path / "r.sqlite3"
     _filled(path, rows=3)
     db = sqlite3.connect(path)
-    db.execute("UPDATE trials SET result = '{not json' WHERE config LIKE '%\"batch_size\":2,%'")
+    db.execute("UPDATE results SET result = '{not json' WHERE config LIKE '%\"batch_size\":2,%'")
     db.commit()
     db.close()
     told = []

@@ -17,7 +17,7 @@ def test_numbers_align_right_text_left_and_nothing_wraps():
     text = format_table([_result("fp32", 1000.0), _result(long_label.strip(), 123456.0), _result("fp16", None, "oom")])
     lines = text.splitlines()
     header, rule, first, second, failed, peaks = lines
-    assert header.split() == ["#", "configuration", "tokens/s", "x", "first", "step", "ms", "MFU", "peak", "GiB",
+    assert header.split() == ["#", "configuration", "tokens/s", "x", "first", "step", "ms", "spread", "MFU", "peak", "GiB",
                               "est", "GiB", "compile", "s", "loss", "status"]
     assert set(rule) == {"-"} and len(rule) >= max(len(line) for line in lines[2:5])
     assert long_label.strip() in second  # one line, rich markup left alone

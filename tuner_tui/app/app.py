@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
-from strategies.config import ConfigError, TuneConfig
+from strategies.config import ConfigError, ExportedConfig, TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.app.controller import Controller
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
@@ -77,7 +77,7 @@ class GputuneApp(App[int]):
         Binding("e", "export", "Export"),
         Binding("s", "sort", "Sort", show=False),
         Binding("t", "search", "Search"),
-        Binding("h", "history", "History"),
+        Binding("h", "history", "History", show=False),  # in help and the palette: 80 columns
         Binding("x", "profile", "Profile"),
         Binding("X", "profile(True)", "Profile + trace", show=False),
         Binding("b", "baseline", "Baseline", show=False),
@@ -344,11 +344,15 @@ class GputuneApp(App[int]):
             self.reader.restart_worker()
 
     # -- export ----------------------------------------------------------------------------------
+    def export_target(self) -> tuple[str, ExportedConfig]:
+        """What `e` exports now (see Controller.export_target)."""
+        row = self._selected_row() if self._row_chosen else None
+        return self.controller.export_target(row, self.toggles.applied)
+
     def action_export(self) -> None:
         """Export the chosen leaderboard row, else the current configuration."""
-        row = self._selected_row() if self._row_chosen else None
         try:
-            what, exported = self.controller.export_target(row, self.toggles.applied)
+            what, exported = self.export_target()
         except ConfigError as exc:
             self.notify(str(exc), title="cannot export", severity="error")
             return

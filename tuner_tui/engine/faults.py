@@ -16,9 +16,9 @@ from __future__ import annotations
 import importlib
 
 FUNCTIONS = {
-    "layer_norm": ("kernels.layer_norm", "_LayerNormFunction"),
-    "rms_norm": ("kernels.rms_norm", "_RMSNormFunction"),
-    "linear_cross_entropy": ("kernels.fused_linear_cross_entropy", "_FusedLinearCrossEntropyFunction"),
+    "layer_norm": ("gputune_kernels.layer_norm", "_LayerNormFunction"),
+    "rms_norm": ("gputune_kernels.rms_norm", "_RMSNormFunction"),
+    "linear_cross_entropy": ("gputune_kernels.fused_linear_cross_entropy", "_FusedLinearCrossEntropyFunction"),
 }
 FAULTS = ("x2", "zero-weight", "negate-weight")
 WEIGHT_INDEX = 1
