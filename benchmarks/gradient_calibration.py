@@ -36,7 +36,8 @@ def main() -> None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from strategies.config import TuneConfig
     from tuner_tui.engine import workloads
-    from tuner_tui.engine.gradients import GRADIENT_TOLERANCE, reference_gradients
+    from tuner_tui.engine.gradients import GRADIENT_TOLERANCE
+    from tuner_tui.engine.reference_gradients import reference_gradients
     from tuner_tui.engine.trial import Trainer
 
     configs = CONFIGS + (GPU_CONFIGS if args.device == "cuda" else [])

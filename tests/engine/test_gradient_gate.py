@@ -12,9 +12,8 @@ import torch
 
 from strategies.config import TuneConfig
 from tuner_tui.engine import workloads
-from tuner_tui.engine.gradients import (
-    GRADIENT_TOLERANCE, canonical_name, collect, compare, reference_gradients,
-)
+from tuner_tui.engine.gradients import GRADIENT_TOLERANCE, canonical_name, collect, compare
+from tuner_tui.engine.reference_gradients import reference_gradients
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
 from tuner_tui.engine.runner import TrialPlan, best, run_one, start_worker
@@ -81,7 +80,7 @@ def test_clean_configurations_pass_within_the_calibrated_tolerance(name, config)
 
 
 def test_reference_gradients_split_into_micro_batches_equal_the_whole_batch():
-    from tuner_tui.engine.gradients import _micro_batches
+    from tuner_tui.engine.reference_gradients import _micro_batches
 
     workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
     whole = reference_gradients(workload, 8, 0, "cpu")

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from strategies.config import TuneConfig
 
 # (least cosine similarity, largest |norm ratio - 1|) per precision, for every parameter tensor
 # whose reference gradient is not negligible. Measured with benchmarks/gradient_calibration.py
@@ -126,51 +125,3 @@ def compare(reference: dict[str, torch.Tensor], model: nn.Module, precision: str
         + f" (tolerance cosine >= {min_cos}, ratio 1 +- {max_dev:g} for {precision})"
     )
     return GradientCheck(ok, len(candidate), name, cosine, ratio, message)
-
-
-def _micro_batches(batch, parts: int) -> list | None:
-    """`batch` split into `parts` along the first dimension, or None when it cannot be (a batch
-    that is not tensors, or whose rows do not divide evenly)."""
-    if parts == 1:
-        return [batch]
-    tensors = batch if isinstance(batch, (tuple, list)) else None
-    if tensors is None or not all(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
-        return None
-    rows = tensors[0].shape[0]
-    if rows % parts or any(t.shape[0] != rows for t in tensors):
-        return None
-    return list(zip(*(t.chunk(parts) for t in tensors)))
-
-
-def reference_gradients(workload, batch_size: int, seed: int, device: str,
-                        grad_clip: float = 0.0) -> dict[str, torch.Tensor] | None:
-    """The fp32 eager reference's gradients after the first backward pass, on the CPU.
-
-    Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
-    micro-batches (the mean of equal micro-batch means is the batch mean), so that it fits
-    wherever the candidate does. None when even that does not fit."""
-    from tuner_tui.engine.trial import Trainer, classify
-
-    plain = TuneConfig.reference(batch_size).replace(grad_clip=grad_clip)
-    attempts = [(plain, 1)] + [(plain.replace(checkpointing="full"), n) for n in (1, 2, 4, 8)]
-    for config, parts in attempts:
-        trainer = Trainer(workload=workload, config=config, device=device, seed=seed)
-        try:
-            trainer.build()
-            batch = workload.batch(0, trainer.batch_size, trainer.torch_device)
-            micro = _micro_batches(batch, parts)
-            if micro is None:
-                continue
-            model = trainer.tuned.model
-            for part in micro:
-                loss = workload.loss(model, tuple(part) if parts > 1 else part)
-                (loss / parts).backward()
-            grads = collect(model)
-            del model, loss, batch, micro  # freed before the candidate is built
-            return grads
-        except Exception as exc:
-            if classify(exc) != "oom":
-                raise
-        finally:
-            trainer.close()
-    return None

@@ -40,7 +40,7 @@ from typing import Any
 import psutil
 
 from strategies.config import ConfigError
-from tuner_tui.engine.client import WorkerSpec
+from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.rank import GROUP_ENVIRON, RankSpec, rank_entry
 from tuner_tui.engine.trial import StepRecord, Trainer

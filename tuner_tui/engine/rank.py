@@ -18,7 +18,7 @@ import time
 import traceback
 from dataclasses import astuple, dataclass
 
-from tuner_tui.engine.client import WorkerSpec
+from tuner_tui.engine.protocol import WorkerSpec
 
 GROUP_ENVIRON = {
     # NVLink multicast (NVLS) is off in every process of a group: the lent machines' fabric

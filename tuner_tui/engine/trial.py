@@ -112,7 +112,7 @@ class Trainer:
     memory_parts: dict = field(default_factory=dict)
     """Bytes of parameters, gradients and optimizer state on the device, after the first step."""
     reference_gradients: dict | None = None
-    """The fp32 reference's first-step gradients (gradients.reference_gradients), on the CPU;
+    """The fp32 reference's first-step gradients (reference_gradients.reference_gradients), on the CPU;
     None: the gradients go unchecked."""
     gradient_check: GradientCheck | None = None
 

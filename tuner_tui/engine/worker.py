@@ -251,7 +251,7 @@ class Worker:
     def reference_gradients(self, config_dict: dict) -> dict | None:
         """The fp32 reference's first-step gradients at this configuration's batch size,
         computed here, before the candidate is built (gradients.py says why)."""
-        from tuner_tui.engine.gradients import reference_gradients
+        from tuner_tui.engine.reference_gradients import reference_gradients
 
         config = TuneConfig.from_dict(config_dict)
         batch_size = config.batch_size or self.workload.default_batch_size
