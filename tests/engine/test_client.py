@@ -94,3 +94,51 @@ def test_the_ui_side_of_a_real_worker_imports_no_torch(tmp_path):
                           timeout=300, cwd=ROOT, env=_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[0] == "False", done.stdout
+
+
+# A parent that starts a worker on a long trial, says which process it is, then waits to be
+# killed: the worker must not go on training without it.
+ORPHAN = textwrap.dedent(
+    """
+    import sys, time
+    from tuner_tui.engine import protocol
+    from tuner_tui.engine.client import WorkerClient
+    from tuner_tui.engine.protocol import WorkerSpec
+
+    if __name__ == "__main__":
+        client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+        client.start()
+        client.send(protocol.RunTrial({}, 100000, 1))
+        while True:
+            event = client.wait_event(60)
+            if isinstance(event, protocol.StepMeasured) and event.step >= 2:
+                print(client.pid, flush=True)
+                time.sleep(600)
+    """
+)
+
+
+def test_a_worker_busy_in_a_trial_ends_when_its_parent_is_killed(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT, env=_env())
+    try:
+        worker_pid = int(parent.stdout.readline())
+        assert psutil.pid_exists(worker_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and psutil.pid_exists(worker_pid) and \
+                psutil.Process(worker_pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.2)
+        alive = psutil.pid_exists(worker_pid) and \
+            psutil.Process(worker_pid).status() != psutil.STATUS_ZOMBIE
+        assert not alive, "the worker went on training after its parent was killed"
+    finally:
+        parent.kill()

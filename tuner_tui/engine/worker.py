@@ -13,6 +13,7 @@ import dataclasses
 import os
 import queue
 import statistics
+import threading
 import time
 import traceback
 
@@ -432,8 +433,22 @@ class Worker:
             self.group.shutdown()
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this process once its parent is gone. The command loop looks at the parent only
+    between commands; a long trial, compile or group step would otherwise keep running (and keep
+    the GPUs busy) after the parent was killed. A group's ranks die with this process."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gputune-parent-watch", daemon=True).start()
+
+
 def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
     worker = Worker(spec, commands, events, quiet)
+    _exit_with_parent(worker.parent_pid)
     if worker.start():
         worker.loop()
     # Let the queue's feeder thread flush the last events before the process exits.
