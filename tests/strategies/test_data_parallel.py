@@ -54,6 +54,7 @@ SCRIPT = textwrap.dedent('''
         losses.append(total.item() / world)
     if rank == 0:
         print(json.dumps({"losses": losses, "report": tuned.report["data_parallel"]}))
+    dist.barrier()  # no rank tears gloo down while a peer is still in a collective
     dist.destroy_process_group()
 ''')
 
