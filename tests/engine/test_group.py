@@ -12,25 +12,13 @@ import pytest
 
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from worker_events import until
 
 # fp32 on the CPU: DDP and FSDP2 reduce the gradients in another order than one backward pass
 # over the whole batch, so the losses differ by rounding only.
 LOSS_RTOL = 1e-4
 
 
-def _until(client, kinds, timeout=180):
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = client.wait_event(1.0)
-        if event is None:
-            if not client.is_alive():
-                break
-            continue
-        seen.append(event)
-        if isinstance(event, kinds):
-            return event, seen
-    raise AssertionError(f"no {kinds} within {timeout}s; saw {[type(e).__name__ for e in seen]}")
 
 
 def _ranks(client) -> list[psutil.Process]:
@@ -47,7 +35,7 @@ def worker():
     def start(**spec):
         c = WorkerClient(WorkerSpec(**{"workload": "gpt2-tiny", "device": "cpu", **spec}))
         c.start()
-        _until(c, (P.WorkerReady,))
+        until(c, (P.WorkerReady,))
         clients.append(c)
         return c
 
@@ -66,7 +54,7 @@ def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(wor
     for parallel, devices in (("ddp", 2), ("fsdp2", 2), ("none", 1)):
         config = {"parallel": parallel, "devices": devices, "batch_size": 8}
         client.send(P.RunTrial(config, steps=3, warmup_steps=1))
-        done, events = _until(client, (P.TrialFinished, P.RunFailed))
+        done, events = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished), done
         rows[parallel] = (done.result, [e for e in events if isinstance(e, P.StepMeasured)])
     one, _ = rows["none"]
@@ -98,7 +86,7 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
     for parallel in ("none", "ddp", "fsdp2"):
         config = {"parallel": parallel, "devices": 1 if parallel == "none" else n, "batch_size": 8}
         client.send(P.RunTrial(config, steps=3, warmup_steps=1))
-        done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+        done, _ = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
         results[parallel] = done.result
     for parallel in ("ddp", "fsdp2"):
@@ -113,13 +101,13 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
 def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(worker):
     client = worker()
     client.send(P.ApplyConfig({"parallel": "ddp", "devices": 2}, measure_steps=1000))
-    _until(client, (P.StepMeasured,))
-    _until(client, (P.StepMeasured,))
+    until(client, (P.StepMeasured,))
+    until(client, (P.StepMeasured,))
     ranks = _ranks(client)
     assert len(ranks) == 2
     killed = time.monotonic()
     os.kill(ranks[1].pid, signal.SIGKILL)
-    failed, _ = _until(client, (P.RunFailed,), timeout=30)
+    failed, _ = until(client, (P.RunFailed,), timeout=30)
     assert time.monotonic() - killed < 10
     assert failed.kind == "crash"
     assert "rank 1 died (killed by SIGKILL)" in failed.message
@@ -128,7 +116,7 @@ def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_on
     assert client.is_alive()
 
     client.send(P.ApplyConfig({"parallel": "ddp", "devices": 2}, measure_steps=2))
-    done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
     assert {p.pid for p in _ranks(client)}.isdisjoint({p.pid for p in ranks})
 
@@ -143,7 +131,7 @@ def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_on
 def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, fault, kind, words):
     client = worker(fault_injection=fault)
     client.send(P.RunTrial({"parallel": "fsdp2", "devices": 2}, steps=6, warmup_steps=1))
-    failed, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=120)
+    failed, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=120)
     assert isinstance(failed, P.RunFailed) and failed.kind == kind, failed
     assert words in failed.message, failed.message
     assert failed.result is not None and failed.result.status == kind

@@ -9,21 +9,9 @@ import pytest
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
+from worker_events import until
 
 
-def _until(client, kinds, timeout=180):
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = client.wait_event(1.0)
-        if event is None:
-            if not client.is_alive():
-                break
-            continue
-        seen.append(event)
-        if isinstance(event, kinds):
-            return event, seen
-    raise AssertionError(f"no {kinds} within {timeout}s; saw {[type(e).__name__ for e in seen]}")
 
 
 @pytest.fixture
@@ -33,7 +21,7 @@ def worker():
     def start(**spec):
         c = WorkerClient(WorkerSpec(**{"workload": "gpt2-tiny", "device": "cpu", **spec}))
         c.start()
-        ready, _ = _until(c, (P.WorkerReady, P.RunFailed))
+        ready, _ = until(c, (P.WorkerReady, P.RunFailed))
         clients.append(c)
         return c, ready
 
@@ -55,7 +43,7 @@ def test_ready_event_describes_machine_and_workload(worker):
 def test_trial_reports_measured_figures_and_checks_the_loss(worker):
     client, _ = worker()
     client.send(P.RunTrial({}, steps=4, warmup_steps=2))
-    done, events = _until(client, (P.TrialFinished, P.RunFailed))
+    done, events = until(client, (P.TrialFinished, P.RunFailed))
     ref = done.result
     assert ref.status == "ok" and ref.measured_steps == 4 and len(ref.losses) == 6
     assert ref.tokens_per_s > 0 and ref.step_ms > 0 and ref.compile_s > 0
@@ -67,13 +55,13 @@ def test_trial_reports_measured_figures_and_checks_the_loss(worker):
     # different precision stays within its tolerance.
     client.send(P.RunTrial({"precision": "bf16", "attention": "sdpa"}, steps=4, warmup_steps=2,
                            reference_losses=ref.losses))
-    done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert done.result.status == "ok" and done.result.loss_ok is True
 
     # A wrong reference is caught as a mismatch.
     bad = tuple(x * 1.5 for x in ref.losses)
     client.send(P.RunTrial({}, steps=2, warmup_steps=2, reference_losses=bad))
-    done, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert done.result.status == "loss-mismatch" and done.result.loss_ok is False
     assert "fp32 reference" in done.result.message
 
@@ -81,32 +69,32 @@ def test_trial_reports_measured_figures_and_checks_the_loss(worker):
 def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
     client, _ = worker()
     client.send(P.ApplyConfig({}, measure_steps=3))
-    started, _ = _until(client, P.RunStarted)
-    finished, _ = _until(client, P.TrialFinished)
+    started, _ = until(client, P.RunStarted)
+    finished, _ = until(client, P.TrialFinished)
     assert finished.run_id == started.run_id and finished.result.status == "ok"
 
     client.send(P.ApplyConfig({"checkpointing": "full"}, measure_steps=3))
-    started2, _ = _until(client, P.RunStarted)
+    started2, _ = until(client, P.RunStarted)
     assert started2.run_id > started.run_id and "ckpt full" in started2.label
-    finished2, _ = _until(client, P.TrialFinished)
+    finished2, _ = until(client, P.TrialFinished)
     assert finished2.result.loss_ok is True  # checked against the cached fp32 reference
     assert finished2.result.strategy_report["checkpointing"]["blocks"] == 2
 
     client.send(P.Pause())
-    _until(client, P.Paused)
+    until(client, P.Paused)
     time.sleep(0.5)
     while client.poll(0.2):  # drain what was in flight
         pass
     assert client.poll(1.0) is None  # paused: no more steps
     client.send(P.Resume())
-    _until(client, P.Resumed)
-    _until(client, P.StepMeasured)
+    until(client, P.Resumed)
+    until(client, P.StepMeasured)
 
 
 def test_oom_is_reported_and_the_worker_goes_on(worker):
     client, _ = worker(fault_injection="oom")
     client.send(P.RunTrial({}, steps=2, warmup_steps=1))
-    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
     assert "Tried to allocate 64.00 GiB" in failed.message
     assert "checkpointing" in failed.message and "smaller batch" in failed.message
@@ -116,12 +104,12 @@ def test_oom_is_reported_and_the_worker_goes_on(worker):
 def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replaces(worker):
     client, _ = worker(fault_injection="oom-above:8")
     client.send(P.ApplyConfig({}, measure_steps=2))
-    first, _ = _until(client, P.TrialFinished)
+    first, _ = until(client, P.TrialFinished)
     assert first.result.status == "ok"
     # Batch 16 runs out of memory: first its fp32 reference (plain, then fully checkpointed),
     # which is given up, then the run itself.
     client.send(P.ApplyConfig({"batch_size": 16}, measure_steps=2))
-    failed, seen = _until(client, (P.RunFailed, P.TrialFinished))
+    failed, seen = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
     assert failed.run_id > first.run_id
     # Steps in flight came from the old run; the failed request measured none.
@@ -129,7 +117,7 @@ def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replace
     started = [e for e in seen if isinstance(e, P.RunStarted)]
     assert [(e.run_id, e.batch_size) for e in started] == [(failed.run_id, 16)]
     client.send(P.ApplyConfig({}, measure_steps=2))  # and the worker goes on
-    again, _ = _until(client, (P.TrialFinished, P.RunFailed))
+    again, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert again.result.status == "ok" and again.run_id > failed.run_id
 
 
@@ -137,7 +125,7 @@ def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_ref
     # fp32 above batch 8 runs out of memory (with full checkpointing too); bf16 fits.
     client, _ = worker(fault_injection="oom-above:8:fp32")
     client.send(P.ApplyConfig({"precision": "bf16", "batch_size": 16}, measure_steps=2))
-    done, seen = _until(client, (P.TrialFinished, P.RunFailed))
+    done, seen = until(client, (P.TrialFinished, P.RunFailed))
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
     assert done.result.loss_ok is None and done.result.batch_size == 16
     warnings = [e.text for e in seen if isinstance(e, P.WorkerLog)]
@@ -147,18 +135,18 @@ def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_ref
 def test_diverged_run_is_marked(worker):
     client, _ = worker(workload="tests.engine.user_workloads:exploding")
     client.send(P.RunTrial({}, steps=3, warmup_steps=1))
-    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "diverged"
     assert "inf" in failed.message
     client.send(P.RunTrial({}, steps=1, warmup_steps=1))  # still serving
-    done, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    done, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert done.result.status in ("ok", "diverged")
 
 
 def test_invalid_configuration_for_the_device_is_refused(worker):
     client, _ = worker()
     client.send(P.RunTrial({"compile_mode": "reduce-overhead"}, steps=1))
-    failed, _ = _until(client, (P.RunFailed, P.TrialFinished))
+    failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert failed.kind == "invalid" and "reduce-overhead" in failed.message
 
 
@@ -176,13 +164,13 @@ def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(work
     client, _ = worker(workload="tests.engine.user_workloads:graph_break")
     client.send(P.RunTrial({"compile_mode": "default", "compile_fullgraph": True}, steps=1,
                            warmup_steps=1))
-    failed, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    failed, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     assert isinstance(failed, P.RunFailed) and failed.kind == "compile", failed
     assert failed.message.startswith("compile failed:")
     assert "user_workloads.py" in failed.message  # where the break is
     # Without fullgraph the same model runs, with the break falling back to eager.
     client.send(P.RunTrial({"compile_mode": "default"}, steps=1, warmup_steps=1))
-    done, _ = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    done, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
 
 
@@ -190,7 +178,7 @@ def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(work
 def test_recompiles_past_the_limit_are_reported(worker):
     client, _ = worker(workload="tests.engine.user_workloads:recompiles")
     client.send(P.RunTrial({"compile_mode": "default"}, steps=2, warmup_steps=1))
-    done, events = _until(client, (P.RunFailed, P.TrialFinished), timeout=300)
+    done, events = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     logs = [e.text for e in events if isinstance(e, P.WorkerLog)]
     assert any("recompile" in t.lower() and "limit" in t.lower() for t in logs), logs
 
@@ -230,7 +218,7 @@ def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
     try:
         next_worker.begin(current)
         current.send(P.RunTrial({}, steps=2, warmup_steps=1))
-        done, _ = _until(current, (P.TrialFinished, P.RunFailed))
+        done, _ = until(current, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
         with pytest.raises(runner.WorkerStartError):
             next_worker.take()
