@@ -23,6 +23,10 @@
 #   fit-levers  issue 13 on the HF Llama: one lever at a time (bf16 weights, the fused
 #             linear+CE swap inside HF's forward, fp8 against the same without), then
 #             `tune --max-memory 24GiB`                                             ~9 min
+#   fit-probe issue 13 on the HF Llama, inside the recipe's memory: the hand recipe (with its
+#             top kernels), then bf16 weights + bf16 moments + the fused loss + compile, with
+#             fp8 tensorwise, without, rowwise, and with every kernel kept under compile; the
+#             first two again, alternating; profiled; the recipe again              ~9 min
 #   fit-llama   issue 13 on llama-1b: the same levers and `tune --max-memory 24GiB`  ~9 min
 #   trust     issue 14: `gputune tune` on gpt2-124m, fresh, over a small space: the report shows
 #             each row's spread and the leaders re-measured interleaved         ~4.5 min
@@ -37,8 +41,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -190,6 +194,18 @@ PY
       --search checkpointing=off,selective,full --search fp8=off,tensorwise \
       --out "$OUT/tune-hf-recipe-budget.toml" --json "$OUT/tune-hf-recipe-budget.json" > "$OUT/tune-hf-recipe-budget.log" 2>&1
     grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | tail -30
+    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
+  fit-probe)
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    python3 benchmarks/hand_recipe.py --batch-size 4 --profile --json "$OUT/recipe-hf-a.json" 2>&1 | grep -v Warning
+    c=benchmarks/configs
+    gputune bench --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 --steps 10 \
+      --trial-timeout 150 --profile --remeasure 0 \
+      --config $c/fit-bf16-state-lce-fp8.toml --config $c/fit-bf16-state-lce.toml \
+      --config $c/fit-bf16-state-lce-fp8row.toml --config $c/fit-bf16-state-allkernels-fp8.toml \
+      --config $c/fit-bf16-state-lce-fp8.toml --config $c/fit-bf16-state-lce.toml \
+      --json "$OUT/bench-hf-probe.json" > "$OUT/bench-hf-probe.log" 2>&1
+    grep -v "^\[" "$OUT/bench-hf-probe.log" | grep -v -i warning | tail -40
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
   fit-levers|fit-llama)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor

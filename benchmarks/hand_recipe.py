@@ -18,7 +18,23 @@ import time
 import torch
 
 
-def measure(batch_size: int, steps: int, warmup: int, seed: int) -> dict:
+def top_kernels(step, steps: int = 3, count: int = 15) -> list[dict]:
+    """The GPU kernels that take the most time over `steps` more steps, after the measured
+    ones (the profiler's cost stays out of the figures)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    total = sum(e.self_device_time_total for e in events) or 1.0
+    events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    return [{"kernel": e.key[:90], "ms_per_step": e.self_device_time_total / 1e3 / steps,
+             "share": e.self_device_time_total / total} for e in events[:count]]
+
+
+def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool = False) -> dict:
     from liger_kernel.transformers import apply_liger_kernel_to_llama
 
     from examples.hf_causal_lm import llama
@@ -37,16 +53,20 @@ def measure(batch_size: int, steps: int, warmup: int, seed: int) -> dict:
     optimizer = torch.optim.AdamW(
         [{**g, "foreach": False, "fused": True} for g in base.param_groups])
     times, losses = [], []
-    for i in range(warmup + steps):
-        batch = workload.batch(i, batch_size, device)
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss = workload.loss(model, batch)
+
+    def step(i: int = 0):
+        loss = workload.loss(model, workload.batch(i, batch_size, device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(warmup + steps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = step(i)
         end.record()
         end.synchronize()
         losses.append(float(loss))
@@ -55,14 +75,17 @@ def measure(batch_size: int, steps: int, warmup: int, seed: int) -> dict:
     median = statistics.median(times)
     q = statistics.quantiles(times, n=4)
     tokens = batch_size * workload.items_per_sample
+    peaks = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    kernels = top_kernels(step) if profile else None
     return {
         "label": "hand recipe: bf16 weights + Liger-Kernel + fused AdamW",
         "batch_size": batch_size, "sequence_length": workload.items_per_sample,
         "step_ms": median, "step_ms_q1": q[0], "step_ms_q3": q[2],
         "tokens_per_s": tokens / (median / 1e3),
-        "peak_memory_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "peak_memory_bytes": peaks[0],
+        "peak_reserved_bytes": peaks[1],
         "losses": losses[:8],
+        **({"top_kernels": kernels} if kernels else {}),
     }
 
 
@@ -73,11 +96,13 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", required=True)
+    p.add_argument("--profile", action="store_true",
+                   help="after the measured steps, list the GPU kernels that take the most time")
     args = p.parse_args()
     import liger_kernel
     import triton
 
-    row = measure(args.batch_size, args.steps, args.warmup, args.seed)
+    row = measure(args.batch_size, args.steps, args.warmup, args.seed, args.profile)
     doc = {
         "tool": "benchmarks/hand_recipe.py",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -94,6 +119,8 @@ def main() -> None:
           f"{row['step_ms']:.1f} ms/step (IQR {row['step_ms_q1']:.1f}-{row['step_ms_q3']:.1f}), "
           f"peak {max(row['peak_memory_bytes'], row['peak_reserved_bytes']) / 2**30:.2f} GiB "
           f"(allocated {row['peak_memory_bytes'] / 2**30:.2f})")
+    for k in row.get("top_kernels", []):
+        print(f"  {k['share']:6.1%} {k['ms_per_step']:7.2f} ms/step  {k['kernel']}")
 
 
 if __name__ == "__main__":
