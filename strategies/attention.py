@@ -2,6 +2,8 @@
 
 Applies to modules that expose an `attention_impl` attribute (gputune's built-in models, or a
 user's module that follows the same convention); others are left alone and counted as such.
+With `sdpa`, Hugging Face models that already attend with SDPA also stop materializing the
+causal mask when no padding mask is passed (`strategies.hf_attention`).
 """
 
 from __future__ import annotations
@@ -14,3 +16,7 @@ def apply(run, config) -> None:
             module.attention_impl = config.attention
             switched += 1
     run.report["attention"] = {"modules": switched, "impl": config.attention}
+    if config.attention == "sdpa":
+        from strategies import hf_attention
+
+        run.report["attention"].update(hf_attention.switch(run.model))

@@ -103,6 +103,10 @@ def test_bench_records_in_the_store_reuses_it_and_fresh_measures_again(gputune, 
     with ResultStore(store) as s:
         (newer,) = s.past()
     assert newer.created > row.created
+    # A configuration listed twice is measured twice, even where the store holds it.
+    twice = gputune(*args, "--config", str(cfg), "--remeasure", "0")
+    assert twice.returncode == 0, twice.stderr[-3000:]
+    assert twice.stdout.count("reused from the store") == 1
 
 
 def test_bench_re_measures_the_two_leaders_interleaved_before_naming_the_best():

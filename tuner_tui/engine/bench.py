@@ -166,10 +166,16 @@ def run_bench(
     results: list[protocol.TrialResult] = []
     total = len(configs)
     next_worker = NextWorker(plan.spec)
+    # A configuration listed twice is a repeat the user asked for: measured again, not taken
+    # from the row this run has just stored.
+    measured_here: set[str] = set()
     try:
         for index, config in enumerate(configs, start=1):
             key = reference_key(config, default_batch)
-            stored = _stored(store, plan, config, ready)
+            config_key = json.dumps(config.to_dict(), sort_keys=True)
+            repeat = config_key in measured_here
+            measured_here.add(config_key)
+            stored = None if repeat else _stored(store, plan, config, ready)
             if stored is None and key not in references and not computes_reference(config):
                 progress.begin(index, total, f"fp32 reference losses (batch {key[0]})")
                 next_worker.begin(client)
