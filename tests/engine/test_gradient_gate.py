@@ -45,9 +45,19 @@ def test_compare_names_the_worst_tensor_and_catches_scale_zero_and_sign():
                           (lambda g: -g, "cosine -1.0000")):
         faulty = _model()
         faulty[1].weight.grad = fault(faulty[1].weight.grad)
-        check = compare(reference, faulty, "bf16")
-        assert check.ok is False and check.worst_tensor == "1.weight"
-        assert expect in check.message and "1.weight" in check.message
+        for precision in ("bf16", "fp8"):  # fp8's wider tolerance still catches each fault
+            check = compare(reference, faulty, precision)
+            assert check.ok is False and check.worst_tensor == "1.weight"
+            assert expect in check.message and "1.weight" in check.message
+    # fp8's rounding noise (the H200's worst clean tensor: cosine 0.94) passes fp8's tolerance,
+    # not bf16's.
+    noisy = _model()
+    g = noisy[1].weight.grad
+    noise = torch.randn_like(g)
+    noise *= 0.36 * g.norm() / noise.norm()  # cosine about 0.94
+    noisy[1].weight.grad = g + noise
+    assert compare(reference, noisy, "fp8").ok is True
+    assert compare(reference, noisy, "bf16").ok is False
     # A compiled model's names (`_orig_mod.`) still match the reference's.
     wrapped = torch.nn.Module()
     wrapped._orig_mod = _model()
@@ -165,3 +175,13 @@ def test_the_loss_check_alone_misses_a_x2_gradient_that_the_gate_catches():
         client.stop()
     assert result.loss_ok is True and result.loss_max_rel_error < 1e-3
     assert result.status == "numerics" and result.grad_worst_norm_ratio == pytest.approx(2.0)
+
+
+def test_fp8_configurations_are_judged_by_fp8s_tolerances():
+    from strategies.config import TuneConfig
+    from tuner_tui.engine.trial import LOSS_TOLERANCE, numerics
+
+    bf16 = TuneConfig.from_dict({"precision": "bf16"})
+    assert numerics(bf16) == "bf16"
+    assert numerics(bf16.replace(fp8="tensorwise")) == "fp8"
+    assert LOSS_TOLERANCE["fp8"] > LOSS_TOLERANCE["bf16"]

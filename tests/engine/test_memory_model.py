@@ -114,9 +114,9 @@ def test_a_budget_only_full_checkpointing_at_micro_batch_one_meets_is_met_by_it(
     assert max(r.peak_memory_bytes for r in history.eligible()) <= budget
 
 
-def test_when_the_baseline_does_not_fit_the_search_starts_from_the_floor_and_climbs():
-    space = default_space(CPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
-                                         "optimizer": "plain"})
+def _lever_model():
+    """A pretend device: checkpointing saves activations and costs speed, bf16 halves the
+    activations and doubles the speed, 8-bit state and micro-batches cost speed."""
     act = {"off": 40 * MiB, "selective": 30 * MiB, "every-n": 25 * MiB, "full": 10 * MiB}
 
     def peak(c):
@@ -127,21 +127,48 @@ def test_when_the_baseline_does_not_fit_the_search_starts_from_the_floor_and_cli
     def speed(c):
         return (200 if c.precision == "bf16" else 100) * (1 - 0.1 * (
             ("off", "selective", "every-n", "full").index(c.checkpointing))) / (
-            1 + 0.2 * (8 // (c.micro_batch_size or 8) - 1))
+            1 + 0.2 * (8 // (c.micro_batch_size or 8) - 1)) * (
+            0.85 if c.optimizer_state == "8bit" else 1.0)
 
+    return peak, speed
+
+
+def test_when_the_baseline_does_not_fit_the_search_climbs_down_the_ladder_and_back_up():
+    space = default_space(CPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
+                                         "optimizer": "plain"})
+    peak, speed = _lever_model()
     budget = 6 * N + 8 * 18 * MiB  # bf16 weights, 8-bit state and some checkpointing
     strategy, history, tried = _simulate(space, budget, peak, speed)
     baseline = history.get(space.start())
     assert baseline.peak_memory_bytes > budget
-    floors = strategy.floors()
-    assert tried[1] == floors[0]  # right after the baseline: the least memory
-    assert floors[0].weights == "bf16" and floors[0].checkpointing == "full"
-    assert floors[0].micro_batch_size == 1 and floors[0].optimizer_state == "8bit"
+    ladder = strategy.fit_ladder()
+    assert tried[1] == ladder[0]  # right after the baseline: the cheapest levers
+    assert ladder[0].weights == "bf16" and ladder[0].optimizer_state == "bf16"
+    assert ladder[0].checkpointing == "off" and not ladder[0].micro_batch_size
+    floor = strategy.floors()[0]
+    assert floor == ladder[len(ladder) - len(strategy.floors())]
+    assert floor.checkpointing == "full" and floor.micro_batch_size == 1
+    assert floor.optimizer_state == "8bit"
     best = history.best()
     assert best is not None and best.peak_memory_bytes <= budget
     # it climbed: a larger micro-batch or lighter checkpointing than the floor's
-    assert best.tokens_per_s > history.get(floors[0]).tokens_per_s
     assert best.config["micro_batch_size"] != 1 or best.config["checkpointing"] != "full"
+    assert best.tokens_per_s > speed(floor)
+
+
+def test_where_a_cheap_lever_fits_the_ladder_stops_there_without_the_floor():
+    space = default_space(CPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
+                                         "optimizer": "plain"})
+    peak, speed = _lever_model()
+    ladder = StagedSearch(space).fit_ladder()
+    selective = next(c for c in ladder if c.checkpointing == "selective")
+    assert selective.optimizer_state == "bf16"
+    budget = peak(selective)  # bf16 state with selective checkpointing just fits
+    strategy, history, tried = _simulate(space, budget, peak, speed)
+    assert selective in tried and ladder[0] in tried
+    assert not any(c in tried for c in strategy.floors())  # never fell to the slow floor
+    best = history.best()
+    assert best.peak_memory_bytes <= budget and best.config["optimizer_state"] != "8bit"
 
 
 @pytest.mark.parametrize("over", [1.10, 1.20])

@@ -30,8 +30,16 @@ from tuner_tui.engine.workloads import Workload
 
 # Relative difference from the fp32 eager reference allowed per precision, over the first
 # LOSS_CHECK_STEPS steps. fp32 differs only by summation order (compile, SDPA vs manual);
-# tf32 keeps 10 mantissa bits; bf16 keeps 7.
-LOSS_TOLERANCE = {"fp32": 2e-3, "tf32": 1e-2, "bf16": 3e-2, "fp16": 3e-2}
+# tf32 keeps 10 mantissa bits; bf16 keeps 7; fp8 matmuls keep 3 (e4m3) and 2 (e5m2, the
+# gradients of torchao's tensorwise recipe): clean fp8 runs of the 1.3B HF Llama on the H200
+# differed by 2.7% and 3.3% (benchmarks/results/h200-2026-11-30/call6-fit-probe).
+LOSS_TOLERANCE = {"fp32": 2e-3, "tf32": 1e-2, "bf16": 3e-2, "fp16": 3e-2, "fp8": 6e-2}
+
+
+def numerics(config) -> str:
+    """The precision whose tolerances the numerics gate applies: fp8 where float8 matmuls
+    run, else the configuration's precision."""
+    return "fp8" if getattr(config, "fp8", "off") != "off" else config.precision
 HOST_AHEAD = 2
 
 
@@ -294,7 +302,7 @@ class Trainer:
         return self.batch_size * self.workload.items_per_sample
 
     def loss_check(self) -> tuple[bool | None, float | None, float]:
-        tolerance = LOSS_TOLERANCE[self.config.precision]
+        tolerance = LOSS_TOLERANCE[numerics(self.config)]
         n = min(len(self.reference_losses), len(self.records), LOSS_CHECK_STEPS)
         if n == 0:
             return None, None, tolerance
@@ -331,7 +339,7 @@ class Trainer:
             status = "loss-mismatch"
             base["message"] = (
                 f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
-                f"{tolerance:.1%} for {self.config.precision})"
+                f"{tolerance:.1%} for {numerics(self.config)})"
             )
         status = self._gradient_verdict(status, base)
         warm = [r.step_ms for r in self.records if 0 < r.step < self.warmup_steps]
@@ -368,7 +376,7 @@ class Trainer:
     def _check_gradients(self, model) -> None:
         """After the first backward pass only: later steps start from other weights."""
         self.tuned.after_backward = None
-        check = compare(self.reference_gradients, model, self.config.precision)
+        check = compare(self.reference_gradients, model, numerics(self.config))
         if check.ok is False and self.tuned.scaler is not None and check.min_cosine != check.min_cosine:
             # fp16's loss scaler overflows on purpose at first and skips that step.
             check = GradientCheck(None, check.compared,

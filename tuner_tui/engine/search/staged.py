@@ -109,14 +109,15 @@ class SearchStrategy:
 class StagedSearch(SearchStrategy):
     """Greedy in stages from the fp32 eager baseline: each stage varies one option, or a few that
     interact, around the best configuration so far. Memory first where it is short: when the
-    baseline does not fit the budget, the search starts from the configuration that needs the
-    least memory (`floors`) and climbs in speed from there. The memory stage turns memory into
+    baseline does not fit the budget, the search walks a ladder of memory levers, cheapest in
+    speed first, down to the configuration that needs the least memory (`fit_ladder`), and
+    climbs in speed from the first that fits. The memory stage turns memory into
     speed: per micro-batch size, from the whole batch down, the cheapest checkpointing mode that
     fits, and smaller micro-batches only where the larger ones do not fit without
     checkpointing. Kernels are tried together with compile (they can fight: a fused kernel is
     opaque to Inductor's own fusion)."""
 
-    FIT_STAGE = "fit: the least memory first, where the baseline does not fit"
+    FIT_STAGE = "fit: the cheapest memory levers first, where the baseline does not fit"
     MEMORY_STAGE = "micro-batch, checkpointing where memory runs out"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("baseline", ()),
@@ -187,11 +188,33 @@ class StagedSearch(SearchStrategy):
             found.sort(key=lambda c: (c.compile_mode == "off", not c.fused_kernels))
         return found
 
-    def floors(self) -> list[TuneConfig]:
-        """The configurations of the space that need the least memory, in the order to try them:
-        bf16 weights (bf16 precision), 8-bit optimizer state (then state offloaded to the host),
-        the fused linear + cross-entropy and SDPA where the space has them, full checkpointing,
-        and a micro-batch of 1."""
+    def fit_ladder(self) -> list[TuneConfig]:
+        """Where the baseline does not fit: configurations to try in turn until one fits, from
+        the levers that cost the least speed to the least memory. First bf16 weights and bf16
+        optimizer state with SDPA and the fused linear + cross-entropy (on a large model often
+        faster than the baseline, not slower); then selective checkpointing; 8-bit state; full
+        checkpointing; and the floors (`floors`). A rung whose estimate is clearly over the
+        budget is skipped without a trial, so the ladder costs trials only near the budget."""
+        values = self.space.values
+        common = self._lean_changes()
+        rungs = [dict(common, optimizer_state="bf16")
+                 if "bf16" in values("optimizer_state") else dict(common)]
+        if "selective" in values("checkpointing"):
+            rungs.append(dict(rungs[-1], checkpointing="selective"))
+        if "8bit" in values("optimizer_state"):
+            rungs.append(dict(rungs[-1], optimizer_state="8bit"))
+        if "full" in values("checkpointing"):
+            rungs.append(dict(rungs[-1], checkpointing="full"))
+        found: list[TuneConfig] = []
+        for changes in rungs:
+            config = self._variant(self.space.start(), changes)
+            if config is not None and config not in found:
+                found.append(config)
+        return found + [f for f in self.floors() if f not in found]
+
+    def _lean_changes(self) -> dict:
+        """bf16 weights (bf16 precision), SDPA and the fused linear + cross-entropy, where the
+        space has them: what saves memory without costing speed."""
         values = self.space.values
         changes: dict = {}
         if "bf16" in values("weights") and "bf16" in values("precision"):
@@ -201,6 +224,14 @@ class StagedSearch(SearchStrategy):
         with_loss = [k for k in values("fused_kernels") if "linear_cross_entropy" in k]
         if with_loss:
             changes["fused_kernels"] = max(with_loss, key=len)
+        return changes
+
+    def floors(self) -> list[TuneConfig]:
+        """The configurations of the space that need the least memory, in the order to try them:
+        the lean changes (`_lean_changes`), full checkpointing, a micro-batch of 1, and 8-bit
+        optimizer state (then state offloaded to the host)."""
+        values = self.space.values
+        changes = self._lean_changes()
         if "full" in values("checkpointing"):
             changes["checkpointing"] = "full"
         if 1 in self.space.micro_batches(self.space.start()):
@@ -220,14 +251,15 @@ class StagedSearch(SearchStrategy):
 
     def _fit_candidates(self, history: History) -> list[TuneConfig]:
         """Where the baseline does not fit (out of memory, or measured or estimated over the
-        budget) and nothing else has: the next floor not yet tried, until one fits."""
+        budget) and nothing else has: the next rung of the fit ladder not yet tried, until one
+        fits."""
         baseline = history.get(self.space.start())
         if baseline is None or history.fits(baseline) or history.steering_best() is not None:
             return []
-        for floor in self.floors():
-            result = history.get(floor)
-            if result is None or history.is_aside(floor):
-                return [floor]
+        for rung in self.fit_ladder():
+            result = history.get(rung)
+            if result is None or history.is_aside(rung):
+                return [rung]
             if history.fits(result):
                 return []
         return []
