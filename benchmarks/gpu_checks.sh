@@ -19,7 +19,7 @@
 #             alternating with compile alone (issue 3's end-to-end target)         ~6 min
 #   fit-recipe  issue 13 on the HF Llama (4 x 2048 tokens): the hand recipe (bf16 weights +
 #             Liger-Kernel, carried wheel), then `tune --max-memory` at the recipe's measured
-#             peak, then the recipe again                                          ~9 min
+#             peak                                                                 ~9 min
 #   fit-levers  issue 13 on the HF Llama: one lever at a time (bf16 weights, the fused
 #             linear+CE swap inside HF's forward, fp8 against the same without), then
 #             `tune --max-memory 24GiB`                                             ~9 min
@@ -187,14 +187,13 @@ PY
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
     budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
     gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
-      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5}" --trial-timeout 150 --steps 10 --remeasure 1 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-7.6}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
-      --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16,8bit \
+      --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16 \
       --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
       --search checkpointing=off,selective,full --search fp8=off,tensorwise \
       --out "$OUT/tune-hf-recipe-budget.toml" --json "$OUT/tune-hf-recipe-budget.json" > "$OUT/tune-hf-recipe-budget.log" 2>&1
-    grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | tail -30
-    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
+    grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
   fit-probe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     python3 benchmarks/hand_recipe.py --batch-size 4 --profile --json "$OUT/recipe-hf-a.json" 2>&1 | grep -v Warning
