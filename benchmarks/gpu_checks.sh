@@ -23,6 +23,8 @@
 #   fit-levers  issue 13 on the HF Llama: one lever at a time (bf16 weights, the fused
 #             linear+CE swap inside HF's forward, fp8 against the same without), then
 #             `tune --max-memory 24GiB`                                             ~9 min
+#   fit-recipe-lean  the same with bf16 weights, bf16 state and the fused loss held, so that the
+#             search reaches fp8 inside one device call                             ~8 min
 #   fit-probe issue 13 on the HF Llama, inside the recipe's memory: the hand recipe (with its
 #             top kernels), then bf16 weights + bf16 moments + the fused loss + compile, with
 #             fp8 tensorwise, without, rowwise, and with every kernel kept under compile; the
@@ -41,8 +43,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -194,6 +196,21 @@ PY
       --search checkpointing=off,selective,full --search fp8=off,tensorwise \
       --out "$OUT/tune-hf-recipe-budget.toml" --json "$OUT/tune-hf-recipe-budget.json" > "$OUT/tune-hf-recipe-budget.log" 2>&1
     grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
+  fit-recipe-lean)
+    # The same, the space narrowed to what decides the result inside the recipe's memory (bf16
+    # weights, bf16 state and the fused loss held; checkpointing, micro-batch and fp8 searched),
+    # so that fp8 is reached within one device call.
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
+    budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
+    gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5.8}" --trial-timeout 150 --steps 10 --remeasure 1 \
+      --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
+      --set optimizer=fused --set weights=bf16 --set optimizer_state=bf16 \
+      --set fused_kernels=rms_norm,swiglu,linear_cross_entropy \
+      --search checkpointing=off,selective,full --search fp8=off,tensorwise \
+      --out "$OUT/tune-hf-recipe-lean.toml" --json "$OUT/tune-hf-recipe-lean.json" > "$OUT/tune-hf-recipe-lean.log" 2>&1
+    grep -v "^\[" "$OUT/tune-hf-recipe-lean.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
   fit-probe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     python3 benchmarks/hand_recipe.py --batch-size 4 --profile --json "$OUT/recipe-hf-a.json" 2>&1 | grep -v Warning

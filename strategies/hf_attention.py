@@ -58,10 +58,12 @@ def register() -> str | None:
 
 
 def hf_sdpa_models(model: nn.Module) -> list[nn.Module]:
-    """The Hugging Face models in `model` (itself or its children) that attend with SDPA."""
+    """The Hugging Face models in `model` (itself or its children) that attend with SDPA, or
+    with `gputune_sdpa` already: `set_attn_implementation` changes the model's config, which
+    the models built later from the same config object share."""
     return [
         m for m in model.modules()
-        if getattr(getattr(m, "config", None), "_attn_implementation", None) == "sdpa"
+        if getattr(getattr(m, "config", None), "_attn_implementation", None) in ("sdpa", NAME)
         and hasattr(m, "set_attn_implementation")
     ]
 
@@ -82,6 +84,9 @@ def _mark_plain_causal_calls(model: nn.Module) -> None:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
 
+    if getattr(original, "gputune_causal_calls", False):
+        return
+
     @functools.wraps(original)
     def forward(*args, **kwargs):
         given = dict(zip(positional, args))
@@ -89,9 +94,7 @@ def _mark_plain_causal_calls(model: nn.Module) -> None:
             kwargs.setdefault(KEYWORD, True)
         return original(*args, **kwargs)
 
-    for flag in ("gputune_fused_loss",):  # keep what other gputune wrappers marked
-        if getattr(original, flag, False):
-            setattr(forward, flag, True)
+    forward.gputune_causal_calls = True  # (functools.wraps keeps other wrappers' marks)
     model.forward = forward
 
 
@@ -105,7 +108,8 @@ def switch(model: nn.Module) -> dict:
     if why_not is not None:
         return {"hf_models": 0, "hf_left": len(models), "hf_reason": why_not}
     for m in models:
-        m.set_attn_implementation(NAME)
+        if m.config._attn_implementation != NAME:
+            m.set_attn_implementation(NAME)
         _mark_plain_causal_calls(m)
     return {"hf_models": len(models),
             "hf_causal_mask": "not materialized for calls without a mask, positions or cache"}

@@ -62,6 +62,19 @@ def test_traced_calls_without_a_mask_reach_sdpa_as_causal_with_the_same_loss(nam
     torch._dynamo.reset()
 
 
+def test_a_second_model_built_from_the_same_config_gets_the_causal_path_too(sdpa_calls):
+    # set_attn_implementation changes the config object, which the workload's builder shares
+    workload = hf_causal_lm.llama("cpu")
+    first = workload.build_model()
+    assert strategies.apply(SDPA, first).report["attention"]["hf_models"] >= 1
+    second = workload.build_model()
+    assert strategies.apply(SDPA, second).report["attention"]["hf_models"] >= 1
+    ids = workload.batch(0, 2, torch.device("cpu"))[0]
+    torch.compile(second, backend="eager")(ids, labels=ids).loss.backward()
+    assert sdpa_calls and all(causal and not mask for mask, causal in sdpa_calls)
+    torch._dynamo.reset()
+
+
 def test_a_padding_mask_or_positions_keep_the_mask(sdpa_calls):
     workload, reference, switched = _pair("llama")
     strategies.apply(SDPA, switched)
