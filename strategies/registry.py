@@ -132,14 +132,16 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "attention",
         "strategies.attention",
-        help="How attention is computed in the built-in models.",
+        help="How attention is computed in the built-in models (and the causal mask of "
+        "Hugging Face models that use SDPA).",
         options=(
             Option(
                 "attention",
                 "choice",
                 "manual",
                 "manual: matmul + masked softmax (what fused causal_softmax speeds up); "
-                "sdpa: torch's scaled_dot_product_attention (flash attention on GPUs)",
+                "sdpa: torch's scaled_dot_product_attention (flash attention on GPUs; in Hugging "
+                "Face models, causal without a built mask where no mask is passed)",
                 choices=("manual", "sdpa"),
                 label="Attention",
             ),
