@@ -207,7 +207,7 @@ class GputuneApp(App[int]):
             self._react(event)
         self.leaderboard.show(self.session)
         if len(self.session.rows) != rows_before or not self._row_chosen:
-            self._show_selected_row()
+            self.show_selected_row()
 
     def _react(self, event: Any) -> None:
         """What the screen shows about an event beyond the session; then the controller acts."""
@@ -284,7 +284,11 @@ class GputuneApp(App[int]):
         number = self.leaderboard.selected_number()
         return next((r for r in self.session.rows if r.number == number), None)
 
-    def _show_selected_row(self) -> None:
+    def chosen_row(self) -> Row | None:
+        """The leaderboard row the user picked, None until they pick one."""
+        return self._selected_row() if self._row_chosen else None
+
+    def show_selected_row(self) -> None:
         """The chosen row, or until the user picks one, the current run's (or the last) row."""
         if self._row_chosen:
             row = self._selected_row()
@@ -296,7 +300,7 @@ class GputuneApp(App[int]):
     @on(DataTable.RowHighlighted, "#leaderboard")
     @on(DataTable.RowSelected, "#leaderboard")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._show_selected_row()
+        self.show_selected_row()
 
     @property
     def _row_chosen(self) -> bool:
@@ -346,7 +350,7 @@ class GputuneApp(App[int]):
     # -- export ----------------------------------------------------------------------------------
     def export_target(self) -> tuple[str, ExportedConfig]:
         """What `e` exports now (see Controller.export_target)."""
-        row = self._selected_row() if self._row_chosen else None
+        row = self.chosen_row()
         return self.controller.export_target(row, self.toggles.applied)
 
     def action_export(self) -> None:

@@ -30,7 +30,7 @@ def request_profile(app: Any, trace: bool) -> None:
     if session.capabilities is None or app.reader is None:
         app.notify("The worker is not ready yet.", severity="warning")
         return
-    row = app._selected_row() if app._row_chosen else None
+    row = app.chosen_row()
     target = row or session.row_for_run(session.run_id)
     panel = app.profile_panel
     if shown(app) and target is not None and panel.number == target.number:
@@ -58,7 +58,7 @@ def request_profile(app: Any, trace: bool) -> None:
         return
     session.profile_note = f"profiling {what} after its measured steps…"
     set_shown(app, True)
-    app._show_selected_row()
+    app.show_selected_row()
     app.notify(session.profile_note + (f"\ntrace: {path}" if path else ""), timeout=5)
 
 
