@@ -21,9 +21,9 @@ from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, Strat
 
 
 def apply(config, model, optimizer=None, **kwargs):
-    """Apply `config` to `model` (and tune or replace `optimizer`) in the fixed order precision,
-    weights, attention, kernel swap, float8, checkpointing, compile, optimizer. Returns a
-    `TunedRun`; see strategies.compose."""
+    """Apply `config` to `model` (and tune or replace `optimizer`) in the fixed order of
+    `strategies.compose.APPLY_ORDER`: precision, weights, attention, kernel swap, float8,
+    checkpointing, data parallel, compile, optimizer. Returns a `TunedRun`."""
     from strategies.compose import apply as _apply
 
     return _apply(config, model, optimizer, **kwargs)

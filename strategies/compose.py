@@ -1,4 +1,4 @@
-"""`apply()`: compose the strategies on a model and optimizer, in the registry's order.
+"""`apply()`: compose the strategies on a model and optimizer, in the order of `APPLY_ORDER`.
 
 The result, `TunedRun`, is what a training loop needs: the model, the optimizer (rebuilt, or
 replaced by torchao's for bf16 weights and low-precision or offloaded state), the autocast
@@ -10,15 +10,24 @@ gputune's own trainer uses exactly this path, so what is measured is what users 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from strategies import (
+    attention,
+    checkpointing,
+    data_parallel,
+    float8,
+    fused_kernels,
+    precision,
+    weights,
+)
+from strategies import compile as compile_  # (the names `compile` and `optimizer` are taken)
+from strategies import optimizer as optimizer_
 from strategies.config import ConfigError, TuneConfig
-from strategies.registry import STRATEGIES
 
 
 @dataclass
@@ -131,6 +140,25 @@ def _device_type(model: nn.Module) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+APPLY_ORDER: tuple[tuple[str, Callable], ...] = (
+    # dtypes first: the autocast policy, then the parameters cast (before anything wraps them)
+    ("precision", precision.apply),
+    ("weights", weights.apply),
+    # module swaps, on the plain model
+    ("attention", attention.apply),
+    ("fused_kernels", fused_kernels.apply),
+    ("float8", float8.apply),
+    # wrappers: checkpointing inside data parallelism, compile around both
+    ("checkpointing", checkpointing.apply),
+    ("data_parallel", data_parallel.apply),
+    ("compile", compile_.apply),
+    # last: the optimizer must see the final parameters (bf16, sharded by FSDP2)
+    ("optimizer", optimizer_.apply),
+)
+"""Each registry strategy (`registry.STRATEGIES`) by name with its `apply(run, config)`, in
+the order they are applied (a test keeps the names and order those of the registry)."""
+
+
 def apply(
     config: TuneConfig,
     model: nn.Module,
@@ -150,9 +178,6 @@ def apply(
     if not isinstance(config, TuneConfig):
         raise ConfigError(f"strategies.apply needs a TuneConfig, not {type(config).__name__}")
     run = TunedRun(config, model, optimizer, device_type or _device_type(model), blocks=blocks)
-    for strategy in STRATEGIES:
-        if strategy.module is None:
-            continue
-        module = importlib.import_module(strategy.module)
-        module.apply(run, config)
+    for _, apply_strategy in APPLY_ORDER:
+        apply_strategy(run, config)
     return run

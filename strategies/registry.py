@@ -2,13 +2,13 @@
 
 This module imports no torch: the dashboard builds its toggles from it, the CLI builds its
 error messages from it, and the configuration validates against it. Each strategy lives in its
-own module (named by `Strategy.module`) that exposes `apply(run, config)`; the order of
-`STRATEGIES` is the order in which `strategies.apply()` composes them (as torchtitan does:
-weights and precision, kernel swap, float8, activation checkpointing, data-parallel wrapping,
-compile, optimizer).
+own module, `strategies/<name>.py`, that exposes `apply(run, config)`; `strategies/compose.py`
+lists them in the order it applies them (as torchtitan does: weights and precision, kernel swap,
+float8, activation checkpointing, data-parallel wrapping, compile, optimizer), the same order as
+`STRATEGIES` here (a test keeps the two in step).
 
-Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, and add one
-`Strategy(...)` line below.
+Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, add one
+`Strategy(...)` below, and its `apply` in its place in `compose.APPLY_ORDER`.
 """
 
 from __future__ import annotations
@@ -79,17 +79,16 @@ class Strategy:
     """A family of options applied together by one module."""
 
     name: str
-    module: str | None
-    """Dotted module path holding `apply(run, config)`, imported only when applied; None for
-    options that the training loop reads itself (batch size)."""
+    """Also the name of its module, `strategies/<name>.py`, which applies it."""
     options: tuple[Option, ...]
     help: str
+    applied: bool = True
+    """False for options that the training loop reads itself (batch size): no module."""
 
 
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy(
         "precision",
-        "strategies.precision",
         help="Numeric precision of matmuls and activations.",
         options=(
             Option(
@@ -114,7 +113,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "weights",
-        "strategies.weights",
         help="The dtype the parameters and gradients are stored in.",
         options=(
             Option(
@@ -131,7 +129,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "attention",
-        "strategies.attention",
         help="How attention is computed in the built-in models (and the causal mask of "
         "Hugging Face models that use SDPA).",
         options=(
@@ -149,7 +146,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "fused_kernels",
-        "strategies.fused_kernels",
         help="Swap modules and functions for gputune's fused Triton kernels.",
         options=(
             Option(
@@ -175,7 +171,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "float8",
-        "strategies.float8",
         help="float8 training of the linear layers (torchao).",
         options=(
             Option(
@@ -192,7 +187,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "checkpointing",
-        "strategies.checkpointing",
         help="Recompute activations in the backward pass to save memory.",
         options=(
             Option(
@@ -218,7 +212,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     # checkpointing, before compile.
     Strategy(
         "data_parallel",
-        "strategies.data_parallel",
         help="Train on several GPUs (on the CPU, processes) through torch.distributed.",
         options=(
             Option(
@@ -268,7 +261,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "compile",
-        "strategies.compile",
         help="torch.compile of the whole model or of each block.",
         options=(
             Option(
@@ -306,7 +298,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "optimizer",
-        "strategies.optimizer",
         help="The AdamW update: its implementation and where and how its state is kept.",
         options=(
             Option(
@@ -333,7 +324,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
     Strategy(
         "batch",
-        None,
+        applied=False,
         help="Samples per optimizer step.",
         options=(
             Option(

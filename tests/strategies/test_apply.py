@@ -157,3 +157,12 @@ def test_under_compile_norms_and_activations_are_left_to_inductor_unless_asked(
     assert tuned.report["fused_kernels"] == swapped
     left = tuned.report.get("fused_kernels_left_to_inductor")
     assert left == (["layer_norm", "gelu"] if policy == "inductor-first" else None)
+
+
+def test_the_apply_order_is_the_registrys_and_each_module_is_named_after_its_strategy():
+    from strategies.compose import APPLY_ORDER
+    from strategies.registry import STRATEGIES
+
+    assert [name for name, _ in APPLY_ORDER] == [s.name for s in STRATEGIES if s.applied]
+    for name, apply_strategy in APPLY_ORDER:
+        assert apply_strategy.__module__ == f"strategies.{name}"
