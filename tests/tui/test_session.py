@@ -150,6 +150,13 @@ def test_screenshot_tool_parses_configurations():
         parse_config("nope=1")
 
 
+def test_screenshot_tool_refuses_a_budget_that_is_not_a_size(capsys):
+    from tuner_tui.app.screenshot import main
+
+    assert main(["--max-memory", "lots"]) == 2  # before any worker starts
+    assert "lots" in capsys.readouterr().err
+
+
 def test_gpu_panel_text_one_block_per_gpu_or_one_line_each():
     from tuner_tui.app.widgets.gpu_panel import describe_gpu, describe_gpu_line
     from tuner_tui.engine.telemetry import GpuSample

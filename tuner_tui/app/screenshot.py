@@ -43,10 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="write the leaderboard rows (TrialResult dicts)")
     parser.add_argument("--profile", action="store_true",
                         help="profile the last row (key x) and show its panel in the screenshot")
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="the memory budget the memory panel shows, e.g. 2GiB")
     args = parser.parse_args(argv)
+    from tuner_tui.engine.search import parse_bytes
+
     try:
         configs = [parse_config(c) for c in args.configs]
-    except ConfigError as exc:
+        budget = parse_bytes(args.max_memory) if args.max_memory else None
+    except (ConfigError, ValueError) as exc:
         print(f"screenshot: {exc}", file=sys.stderr)
         return 2
     width, _, height = args.size.partition("x")
@@ -56,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from tuner_tui.engine.protocol import WorkerSpec
 
     spec = WorkerSpec(workload=args.workload, device=args.device)
-    app = GputuneApp(lambda: WorkerClient(spec), subtitle=f"{spec.workload} · {spec.device}")
+    app = GputuneApp(lambda: WorkerClient(spec), subtitle=f"{spec.workload} · {spec.device}",
+                     memory_budget=budget)
     wanted = 1 + len(configs)
     outcome = {"code": 0}
 
