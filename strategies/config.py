@@ -13,98 +13,17 @@ TOML is read with tomllib and written with tomli_w; JSON holds the same three ob
 from __future__ import annotations
 
 import json
-import math
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from strategies.errors import ConfigError
 from strategies.files import WriteError, write_atomic
 from strategies.registry import (
-    OPTIONS, RULES, STRATEGIES, Capabilities, Option, micro_batch_problem, option_unavailable,
+    OPTIONS, RULES, STRATEGIES, Capabilities, micro_batch_problem, option_unavailable,
 )
-
-
-class ConfigError(ValueError):
-    """A configuration or configuration file that cannot be used; the message is one line for the
-    user, naming the problem and the allowed values."""
-
-
-def _shown(value: Any, limit: int = 40) -> str:
-    """A value as the user wrote it, cut short: a message stays one readable line."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _in_range(option: Option, value: float) -> bool:
-    return (option.minimum is None or value >= option.minimum) and (
-        option.maximum is None or value <= option.maximum
-    )
-
-
-def _coerce(option: Option, value: Any) -> Any:
-    """Check one value against its option and return it in canonical form."""
-    allowed = option.describe_allowed()
-    if option.kind == "choice":
-        if value not in option.choices:
-            raise ConfigError(f"{option.key} = {_shown(value)} is not allowed: {allowed}")
-        return value
-    if option.kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
-        return value
-    if option.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
-        if not _in_range(option, value):
-            raise ConfigError(f"{option.key} = {_shown(value)} is out of range: {allowed}")
-        return value
-    if option.kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number) or not _in_range(option, number):
-            raise ConfigError(f"{option.key} = {_shown(value)} is out of range: {allowed}")
-        return number
-    if option.kind == "set":
-        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-            raise ConfigError(f"{option.key} = {_shown(value)} has the wrong type: {allowed}")
-        for item in value:
-            if item not in option.choices:
-                raise ConfigError(f"{option.key} contains {_shown(item)}, which is not allowed: {allowed}")
-        # Canonical order = registry order, so equal sets compare and hash equal.
-        return tuple(c for c in option.choices if c in set(value))
-    raise AssertionError(option.kind)
-
-
-def parse_value(option: Option, text: str) -> Any:
-    """Turn a command-line string (`--set key=value`) into a value of the option's kind."""
-    if option.kind == "bool":
-        lowered = text.lower()
-        if lowered in ("true", "on", "yes", "1"):
-            return True
-        if lowered in ("false", "off", "no", "0"):
-            return False
-        return text
-    if option.kind == "int":
-        try:
-            return int(text)
-        except ValueError:
-            return text
-    if option.kind == "float":
-        try:
-            return float(text)
-        except ValueError:
-            return text
-    if option.kind == "set":
-        return tuple(t.strip() for t in text.split(",") if t.strip())
-    return text
 
 
 def parse_assignments(items: list[str]) -> dict[str, Any]:
@@ -119,11 +38,11 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
             raise ConfigError(
                 f"--set: unknown option {key.strip()!r}: allowed options are " + ", ".join(OPTIONS)
             )
-        values[option.key] = parse_value(option, text.strip())
+        values[option.key] = option.parse(text.strip())
     for key, value in values.items():
         # Each value now, with the option's message; the rules across options once the values
         # meet the configurations they change (`--set devices=2` is fine on a ddp config).
-        _coerce(OPTIONS[key], value)
+        OPTIONS[key].coerce(value)
     return values
 
 
@@ -149,7 +68,7 @@ class TuneConfig:
                 f"unknown option {unknown[0]!r}: allowed options are " + ", ".join(OPTIONS)
             )
         canonical = {
-            key: _coerce(option, given[key]) if key in given else option.default
+            key: option.coerce(given[key]) if key in given else option.default
             for key, option in OPTIONS.items()
         }
         for rule in RULES:
@@ -397,4 +316,4 @@ def canonical_value(key: str, value: Any) -> Any:
     option = OPTIONS.get(key)
     if option is None:
         raise ConfigError(f"unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
-    return _coerce(option, value)
+    return option.coerce(value)

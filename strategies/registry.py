@@ -13,8 +13,11 @@ Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, add o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from strategies.errors import ConfigError
 
 # Names of the kernels in `kernels/` that the fused-kernels strategy can swap in. Kept here as
 # data (not imported from kernels/) so that the registry stays free of torch and triton.
@@ -34,44 +37,217 @@ MAX_BATCH_SIZE = 2**20
 typo (1e23) is refused with a message instead of overflowing in the worker."""
 
 
+def _shown(value: Any, limit: int = 40) -> str:
+    """A value as the user wrote it, cut short: a message stays one readable line."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Option:
-    """One tunable setting."""
+    """One tunable setting. Each kind of value is a subclass with its own `coerce` (check a value
+    from a file or a dict), `parse` (a command-line string), `describe_allowed` (for messages),
+    `show` and the hints the dashboard builds its widget from (`widget`)."""
 
     key: str
     """Flat, unique name: the TOML key, the CLI flag (`--set key=value`) and the widget id."""
-    kind: str
-    """One of "choice", "bool", "int", "float", "set" (a subset of `choices`)."""
     default: Any
     help: str
     """One line shown beside the widget and in error messages."""
-    choices: tuple = ()
-    minimum: float | None = None
-    """Smallest allowed value for "int" and "float" options."""
-    maximum: float | None = None
-    """Largest allowed value for "int" and "float" options."""
     requires: tuple[str, ...] = ()
     """Capabilities the option needs whenever it is not at its default (see `Capabilities`)."""
-    choice_requires: dict = field(default_factory=dict)
-    """Capabilities needed by particular choices, e.g. {"fp16": ("cuda",)}."""
     label: str = ""
 
+    kind: ClassVar[str] = ""
+    """The kind's name, as plain data: "choice", "bool", "int", "float" or "set"."""
+    widget: ClassVar[str] = ""
+    """The dashboard's control: "select", "switch", "number" or "checkboxes"."""
+
+    def coerce(self, value: Any) -> Any:
+        """`value` checked and in canonical form; ConfigError (one line) if not allowed."""
+        raise NotImplementedError
+
+    def parse(self, text: str) -> Any:
+        """A command-line string (`--set key=value`) as a value to `coerce`."""
+        return text
+
+    def parse_one_of_several(self, text: str) -> Any:
+        """One value in a comma-separated list of values (`--search key=a,b`, the screenshot
+        tool's `--set`): the same as `parse` except for sets, whose items are joined by +."""
+        return self.parse(text)
+
     def describe_allowed(self) -> str:
-        if self.kind == "choice":
-            return "one of " + ", ".join(str(c) for c in self.choices)
-        if self.kind == "set":
-            return "a list drawn from " + ", ".join(self.choices)
-        if self.kind == "bool":
-            return "true or false"
-        if self.kind in ("int", "float"):
-            noun = "an integer" if self.kind == "int" else "a number"
-            shown = int if self.kind == "int" else float
-            if self.minimum is not None:
-                noun += f" >= {shown(self.minimum)}"
-            if self.maximum is not None:
-                noun += f"{' and' if self.minimum is not None else ''} <= {shown(self.maximum)}"
-            return noun
-        raise AssertionError(self.kind)
+        raise NotImplementedError
+
+    def show(self, value: Any) -> str:
+        """A value as the user writes it."""
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    def probe(self) -> Any:
+        """A value other than the default, to ask whether changing the option needs a
+        capability."""
+        return self.default
+
+    def needs(self, value: Any) -> tuple[str, ...]:
+        """The capabilities `option = value` needs."""
+        return self.requires if value != self.default else ()
+
+    def _refuse(self, value: Any, problem: str) -> ConfigError:
+        return ConfigError(f"{self.key} = {_shown(value)} {problem}: {self.describe_allowed()}")
+
+
+@dataclass(frozen=True)
+class ChoiceOption(Option):
+    choices: tuple = ()
+    choice_requires: dict = field(default_factory=dict)
+    """Capabilities needed by particular choices, e.g. {"fp16": ("cuda",)}."""
+
+    kind: ClassVar[str] = "choice"
+    widget: ClassVar[str] = "select"
+
+    def coerce(self, value: Any) -> Any:
+        if value not in self.choices:
+            raise self._refuse(value, "is not allowed")
+        return value
+
+    def describe_allowed(self) -> str:
+        return "one of " + ", ".join(str(c) for c in self.choices)
+
+    def needs(self, value: Any) -> tuple[str, ...]:
+        return super().needs(value) + tuple(self.choice_requires.get(value, ()))
+
+
+@dataclass(frozen=True)
+class BoolOption(Option):
+    kind: ClassVar[str] = "bool"
+    widget: ClassVar[str] = "switch"
+
+    def coerce(self, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise self._refuse(value, "has the wrong type")
+        return value
+
+    def parse(self, text: str) -> Any:
+        lowered = text.lower()
+        if lowered in ("true", "on", "yes", "1"):
+            return True
+        if lowered in ("false", "off", "no", "0"):
+            return False
+        return text
+
+    def describe_allowed(self) -> str:
+        return "true or false"
+
+    def probe(self) -> Any:
+        return not self.default
+
+
+@dataclass(frozen=True)
+class IntOption(Option):
+    minimum: float | None = None
+    maximum: float | None = None
+
+    kind: ClassVar[str] = "int"
+    widget: ClassVar[str] = "number"
+    input_type: ClassVar[str] = "integer"
+    """What the dashboard's number field accepts: "integer" or "number"."""
+
+    def _in_range(self, value: float) -> bool:
+        return (self.minimum is None or value >= self.minimum) and (
+            self.maximum is None or value <= self.maximum)
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._refuse(value, "has the wrong type")
+        if not self._in_range(value):
+            raise self._refuse(value, "is out of range")
+        return value
+
+    def parse(self, text: str) -> Any:
+        try:
+            return int(text)
+        except ValueError:
+            return text
+
+    def describe_allowed(self) -> str:
+        return self._noun("an integer", int)
+
+    def _noun(self, noun: str, shown: type) -> str:
+        if self.minimum is not None:
+            noun += f" >= {shown(self.minimum)}"
+        if self.maximum is not None:
+            noun += f"{' and' if self.minimum is not None else ''} <= {shown(self.maximum)}"
+        return noun
+
+    def probe(self) -> Any:
+        return self.default + 1
+
+
+@dataclass(frozen=True)
+class FloatOption(IntOption):
+    kind: ClassVar[str] = "float"
+    input_type: ClassVar[str] = "number"
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._refuse(value, "has the wrong type")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or not self._in_range(number):
+            raise self._refuse(value, "is out of range")
+        return number
+
+    def parse(self, text: str) -> Any:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+    def describe_allowed(self) -> str:
+        return self._noun("a number", float)
+
+
+@dataclass(frozen=True)
+class SetOption(Option):
+    """A subset of `choices`, held in the registry's order (equal sets compare equal)."""
+
+    choices: tuple = ()
+
+    kind: ClassVar[str] = "set"
+    widget: ClassVar[str] = "checkboxes"
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+            raise self._refuse(value, "has the wrong type")
+        for item in value:
+            if item not in self.choices:
+                raise ConfigError(f"{self.key} contains {_shown(item)}, which is not allowed: "
+                                  f"{self.describe_allowed()}")
+        return tuple(c for c in self.choices if c in set(value))
+
+    def parse(self, text: str) -> Any:
+        return tuple(t.strip() for t in text.split(",") if t.strip())
+
+    def parse_one_of_several(self, text: str) -> Any:
+        """`a+b`, or `none` for the empty set."""
+        return () if text == "none" else tuple(t for t in text.split("+") if t)
+
+    def describe_allowed(self) -> str:
+        return "a list drawn from " + ", ".join(self.choices)
+
+    def show(self, value: Any) -> str:
+        return "[" + ", ".join(value) + "]"
+
+    def probe(self) -> Any:
+        return (self.choices[0],)
+
+    def needs(self, value: Any) -> tuple[str, ...]:
+        chosen = tuple(value)
+        return self.requires if chosen and chosen != tuple(self.default) else ()
 
 
 @dataclass(frozen=True)
@@ -91,9 +267,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "precision",
         help="Numeric precision of matmuls and activations.",
         options=(
-            Option(
+            ChoiceOption(
                 "precision",
-                "choice",
                 "fp32",
                 "fp32: full precision; tf32: tensor-core fp32 matmuls; bf16/fp16: autocast "
                 "(fp16 adds a GradScaler)",
@@ -101,9 +276,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choice_requires={"tf32": ("cuda",), "bf16": ("bf16",), "fp16": ("cuda",)},
                 label="Precision",
             ),
-            Option(
+            FloatOption(
                 "grad_clip",
-                "float",
                 1.0,
                 "Clip the global gradient norm to this value (0 turns clipping off)",
                 minimum=0.0,
@@ -115,9 +289,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "weights",
         help="The dtype the parameters and gradients are stored in.",
         options=(
-            Option(
+            ChoiceOption(
                 "weights",
-                "choice",
                 "fp32",
                 "fp32: fp32 master weights (autocast casts per op); bf16: parameters and "
                 "gradients in bf16, updated by an AdamW with stochastic rounding",
@@ -132,9 +305,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         help="How attention is computed in the built-in models (and the causal mask of "
         "Hugging Face models that use SDPA).",
         options=(
-            Option(
+            ChoiceOption(
                 "attention",
-                "choice",
                 "manual",
                 "manual: matmul + masked softmax (what fused causal_softmax speeds up); "
                 "sdpa: torch's scaled_dot_product_attention (flash attention on GPUs; in Hugging "
@@ -148,18 +320,16 @@ STRATEGIES: tuple[Strategy, ...] = (
         "fused_kernels",
         help="Swap modules and functions for gputune's fused Triton kernels.",
         options=(
-            Option(
+            SetOption(
                 "fused_kernels",
-                "set",
                 (),
                 "Triton kernels to swap in (norms, activations, softmax, losses)",
                 choices=FUSED_KERNEL_CHOICES,
                 requires=("triton",),
                 label="Fused kernels",
             ),
-            Option(
+            ChoiceOption(
                 "kernels_with_compile",
-                "choice",
                 "inductor-first",
                 "With compile on: inductor-first swaps only the losses and lets Inductor fuse "
                 "norms, activations and softmax into their neighbours; all swaps every chosen "
@@ -173,9 +343,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "float8",
         help="float8 training of the linear layers (torchao).",
         options=(
-            Option(
+            ChoiceOption(
                 "fp8",
-                "choice",
                 "off",
                 "torchao float8 matmuls in the linear layers (not the LM head, nor layers whose "
                 "dims are not multiples of 16): tensorwise or rowwise scaling",
@@ -189,18 +358,16 @@ STRATEGIES: tuple[Strategy, ...] = (
         "checkpointing",
         help="Recompute activations in the backward pass to save memory.",
         options=(
-            Option(
+            ChoiceOption(
                 "checkpointing",
-                "choice",
                 "off",
                 "off; full: every block; every-n: every n-th block; selective: keep matmul and "
                 "attention outputs, recompute the cheap ops",
                 choices=("off", "full", "every-n", "selective"),
                 label="Checkpointing",
             ),
-            Option(
+            IntOption(
                 "checkpoint_every",
-                "int",
                 2,
                 "With checkpointing = every-n: checkpoint one block in this many",
                 minimum=1,
@@ -214,9 +381,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "data_parallel",
         help="Train on several GPUs (on the CPU, processes) through torch.distributed.",
         options=(
-            Option(
+            ChoiceOption(
                 "parallel",
-                "choice",
                 "none",
                 "none: one device; ddp: DistributedDataParallel (a full copy per rank, gradients "
                 "all-reduced); fsdp2: fully_shard (parameters, gradients and optimizer state "
@@ -224,33 +390,29 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("none", "ddp", "fsdp2"),
                 label="Data parallel",
             ),
-            Option(
+            IntOption(
                 "devices",
-                "int",
                 1,
                 "GPUs in the group (on the CPU, processes); batch_size is split between them",
                 minimum=1,
                 label="Devices",
             ),
-            Option(
+            IntOption(
                 "ddp_bucket_mb",
-                "int",
                 25,
                 "With parallel = ddp: gradients are all-reduced in buckets of this many MB",
                 minimum=1,
                 label="DDP bucket MB",
             ),
-            Option(
+            BoolOption(
                 "ddp_bucket_view",
-                "bool",
                 False,
                 "With parallel = ddp: gradient_as_bucket_view, gradients are views into the "
                 "all-reduce buckets (one copy less, less memory)",
                 label="DDP grads as bucket views",
             ),
-            Option(
+            BoolOption(
                 "fsdp_reshard",
-                "bool",
                 True,
                 "With parallel = fsdp2: reshard_after_forward, free each block's gathered "
                 "parameters after its forward and gather them again for backward (less memory, "
@@ -263,9 +425,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "compile",
         help="torch.compile of the whole model or of each block.",
         options=(
-            Option(
+            ChoiceOption(
                 "compile_mode",
-                "choice",
                 "off",
                 "torch.compile mode; off runs eagerly",
                 choices=(
@@ -278,16 +439,14 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choice_requires={"reduce-overhead": ("cuda",), "max-autotune": ("cuda",)},
                 label="Compile mode",
             ),
-            Option(
+            BoolOption(
                 "compile_fullgraph",
-                "bool",
                 False,
                 "Fail on any graph break instead of falling back to eager for that part",
                 label="Full graph",
             ),
-            Option(
+            ChoiceOption(
                 "compile_scope",
-                "choice",
                 "model",
                 "model: one graph for the whole model; block: compile each repeated block "
                 "(cheaper to compile)",
@@ -300,9 +459,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         "optimizer",
         help="The AdamW update: its implementation and where and how its state is kept.",
         options=(
-            Option(
+            ChoiceOption(
                 "optimizer",
-                "choice",
                 "plain",
                 "torch's AdamW: plain: one kernel per tensor; foreach: batched over tensors; "
                 "fused: one fused kernel (used where torch's AdamW steps: fp32 weights with fp32 "
@@ -310,9 +468,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("plain", "foreach", "fused"),
                 label="AdamW",
             ),
-            Option(
+            ChoiceOption(
                 "optimizer_state",
-                "choice",
                 "fp32",
                 "AdamW's moments: fp32; bf16; 8bit (torchao AdamW8bit); offload (torchao: state "
                 "and step on the CPU)",
@@ -327,18 +484,16 @@ STRATEGIES: tuple[Strategy, ...] = (
         applied=False,
         help="Samples per optimizer step.",
         options=(
-            Option(
+            IntOption(
                 "batch_size",
-                "int",
                 0,
                 "Sequences per optimizer step (0: the workload's default)",
                 minimum=0,
                 maximum=MAX_BATCH_SIZE,
                 label="Batch size",
             ),
-            Option(
+            IntOption(
                 "micro_batch_size",
-                "int",
                 0,
                 "Sequences per forward/backward, gradients accumulated over batch_size / "
                 "micro_batch_size of them (0: the whole batch at once)",
@@ -467,16 +622,10 @@ CAPABILITY_WORDS = {
 
 def option_unavailable(option: Option, value: Any, caps: Capabilities) -> str | None:
     """Why `option = value` cannot run with `caps`, or None if it can."""
-    needs: list[str] = []
-    if value != option.default and value not in ((), [], frozenset()):
-        needs.extend(option.requires)
-    if option.kind == "choice":
-        needs.extend(option.choice_requires.get(value, ()))
-    for need in needs:
+    for need in option.needs(value):
         if not caps.has(need):
-            shown = "[" + ", ".join(value) + "]" if option.kind == "set" else value
             return (
-                f"{option.key} = {shown} needs {CAPABILITY_WORDS.get(need, need)}, "
+                f"{option.key} = {option.show(value)} needs {CAPABILITY_WORDS.get(need, need)}, "
                 f"and device = {caps.device} has none: {caps.why_not(need)}"
             )
     return None

@@ -30,7 +30,7 @@ scalars = (
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=20)
-    | st.sampled_from([c for o in OPTIONS.values() for c in o.choices] or ["fp32"])
+    | st.sampled_from([c for o in OPTIONS.values() for c in getattr(o, "choices", ())] or ["fp32"])
 )
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)

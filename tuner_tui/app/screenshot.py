@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from strategies.config import ConfigError, TuneConfig, parse_value
+from strategies.config import ConfigError, TuneConfig
 from strategies.files import write_atomic
 from strategies.registry import OPTIONS
 
@@ -25,8 +25,7 @@ def parse_config(text: str) -> TuneConfig:
         key, _, raw = part.partition("=")
         if key not in OPTIONS:
             raise ConfigError(f"unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
-        raw = raw.replace("+", ",") if OPTIONS[key].kind == "set" else raw
-        values[key] = parse_value(OPTIONS[key], raw)
+        values[key] = OPTIONS[key].parse_one_of_several(raw)
     return TuneConfig.from_dict(values)
 
 

@@ -1,8 +1,8 @@
 """The options panel, generated from the strategy registry.
 
-One row per option: a Select for "choice", a Switch for "bool", an Input for "int"/"float", and
-one Checkbox per choice for "set". Options (or single choices) this machine cannot run are
-disabled or marked, and the help line under the panel says why. Rows whose value differs from
+One row per option, its control chosen by the option's widget hint (`option_controls`): a
+Select, a Switch, an Input for numbers, one Checkbox per choice for a set. Options (or single
+choices) this machine cannot run are disabled or marked, and the help line under the panel says why. Rows whose value differs from
 the applied configuration are marked, so pending changes are visible before Apply.
 """
 
@@ -14,34 +14,27 @@ from rich.text import Text
 from textual import on
 from textual.css.query import NoMatches
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static, Switch
 
-from strategies.config import ConfigError, TuneConfig, parse_value
-from strategies.registry import OPTIONS, STRATEGIES, Capabilities, Option, option_unavailable
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import (
+    OPTIONS, STRATEGIES, Capabilities, ChoiceOption, Option, option_unavailable,
+)
+from tuner_tui.app.widgets.option_controls import control_for
 
 UNAVAILABLE_MARK = " ✗"
 
 
-def probe_value(option: Option) -> Any:
-    """A non-default value, to ask whether the option as a whole needs a capability."""
-    if option.kind == "set":
-        return (option.choices[0],)
-    if option.kind == "bool":
-        return not option.default
-    if option.kind in ("int", "float"):
-        return option.default + 1
-    return option.default
-
-
 def option_reason(option: Option, caps: Capabilities | None) -> str | None:
-    """Why this option cannot be changed from its default on this machine, or None."""
-    if caps is None or option.kind == "choice":
+    """Why this option cannot be changed from its default on this machine, or None. (A choice
+    is judged choice by choice: `choice_reasons`.)"""
+    if caps is None or isinstance(option, ChoiceOption):
         return None
-    return option_unavailable(option, probe_value(option), caps)
+    return option_unavailable(option, option.probe(), caps)
 
 
 def short_reason(option: Option, caps: Capabilities | None) -> str:
@@ -53,7 +46,7 @@ def short_reason(option: Option, caps: Capabilities | None) -> str:
 
 
 def choice_reasons(option: Option, caps: Capabilities | None) -> dict[Any, str]:
-    if caps is None or option.kind != "choice":
+    if caps is None or not isinstance(option, ChoiceOption):
         return {}
     reasons = {}
     for choice in option.choices:
@@ -61,10 +54,6 @@ def choice_reasons(option: Option, caps: Capabilities | None) -> dict[Any, str]:
         if reason:
             reasons[choice] = reason
     return reasons
-
-
-def _shown(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class TogglesPanel(Widget):
@@ -156,44 +145,18 @@ class TogglesPanel(Widget):
         self._owner: dict[Widget, str] = {}
         self._reasons: dict[str, str] = {}
         self._choice_reasons: dict[str, dict] = {}
+        self._controls = {key: control_for(option) for key, option in OPTIONS.items()}
         self._focused_key: str | None = None
         self._syncing = False
 
     # -- building --------------------------------------------------------------------------------
-    def _control(self, option: Option, value: Any) -> Widget:
-        wid = f"opt-{option.key}"
-        if option.kind == "choice":
-            return Select(
-                [(str(c), c) for c in option.choices],
-                value=value,
-                allow_blank=False,
-                compact=True,
-                id=wid,
-                classes="option-control",
-            )
-        if option.kind == "bool":
-            return Switch(value=bool(value), animate=False, id=wid, classes="option-control")
-        if option.kind in ("int", "float"):
-            return Input(
-                value=_shown(value),
-                type="integer" if option.kind == "int" else "number",
-                compact=True,
-                id=wid,
-                classes="option-control",
-            )
-        boxes = [
-            Checkbox(choice, value=choice in value, id=f"{wid}--{choice}", compact=True)
-            for choice in option.choices
-        ]
-        return Vertical(*boxes, classes="set-choices option-control", id=wid)
-
     def compose(self) -> ComposeResult:
         values = dict(self._initial.values)
         with VerticalScroll(id="options"):
             for strategy in STRATEGIES:
                 yield Static(strategy.name, classes="strategy-title")
                 for option in strategy.options:
-                    control = self._control(option, values[option.key])
+                    control = self._controls[option.key].build(values[option.key])
                     with Horizontal(classes="option-row", id=f"row-{option.key}"):
                         yield Label(option.label or option.key, classes="option-label")
                         yield control
@@ -210,26 +173,15 @@ class TogglesPanel(Widget):
         self._show_help(None)
         self._mark_changes()
 
+    def _root(self, option: Option) -> Widget:
+        return self.query_one(f"#opt-{option.key}")
+
     def _widgets_of(self, option: Option) -> list[Widget]:
-        if option.kind == "set":
-            return list(self.query_one(f"#opt-{option.key}").query(Checkbox))
-        return [self.query_one(f"#opt-{option.key}")]
+        return self._controls[option.key].inputs(self._root(option))
 
     # -- reading and writing the draft -----------------------------------------------------------
     def read_value(self, option: Option) -> Any:
-        if option.kind == "set":
-            return tuple(
-                choice
-                for choice, box in zip(option.choices, self._widgets_of(option))
-                if box.value
-            )
-        widget = self._widgets_of(option)[0]
-        if option.kind in ("int", "float"):
-            text = widget.value.strip()
-            if not text:
-                raise ConfigError(f"{option.key} is empty: {option.describe_allowed()}")
-            return parse_value(option, text)
-        return widget.value
+        return self._controls[option.key].read(self._root(option))
 
     def draft(self) -> TuneConfig:
         """The configuration the widgets show; ConfigError names the bad option."""
@@ -240,15 +192,7 @@ class TogglesPanel(Widget):
         self._syncing = True
         try:
             for key, value in config.values:
-                option = OPTIONS[key]
-                widgets = self._widgets_of(option)
-                if option.kind == "set":
-                    for choice, box in zip(option.choices, widgets):
-                        box.value = choice in value
-                elif option.kind in ("int", "float"):
-                    widgets[0].value = _shown(value)
-                else:
-                    widgets[0].value = value
+                self._controls[key].write(self._root(OPTIONS[key]), value)
         finally:
             self._syncing = False
         if applied:
@@ -278,11 +222,10 @@ class TogglesPanel(Widget):
                 return  # a worker event that arrived while the app shuts down: rows are gone
             try:
                 value = self.read_value(option)
+                shown = option.show(value)
             except ConfigError:
-                value = None
-            if option.kind == "set":
-                value = tuple(value or ())
-            row.set_class(_shown(value) != _shown(applied[key]), "-changed")
+                value = shown = None  # a half-typed number: differs from any applied value
+            row.set_class(shown != option.show(applied[key]), "-changed")
             unavailable = bool(self._reasons.get(key)) or value in self._choice_reasons.get(key, {})
             row.set_class(unavailable, "-unavailable")
 
@@ -296,7 +239,7 @@ class TogglesPanel(Widget):
             if reason:
                 self._reasons[key] = reason
             for widget in widgets:
-                widget.disabled = bool(reason) and not self._is_set(widget, option)
+                widget.disabled = bool(reason) and not self._controls[key].stays_editable(widget)
                 widget.tooltip = reason
             why = self.query_one(f"#why-{key}", Static)
             why.update(f"✗ unavailable: {short_reason(option, caps)}" if reason else "")
@@ -312,11 +255,6 @@ class TogglesPanel(Widget):
                 select.value = current
         self._mark_changes()
         self._show_help(self._focused_key)
-
-    @staticmethod
-    def _is_set(widget: Widget, option: Option) -> bool:
-        # A disabled option whose value is already non-default stays editable so it can be reset.
-        return option.kind == "set" and bool(getattr(widget, "value", False))
 
     # -- help line -------------------------------------------------------------------------------
     def _show_help(self, key: str | None) -> None:

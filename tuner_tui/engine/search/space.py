@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.config import ConfigError, TuneConfig, canonical_value, parse_value
+from strategies.config import ConfigError, TuneConfig, canonical_value
 from strategies.registry import OPTIONS, Capabilities, option_unavailable
 
 KERNEL_SETS = (
@@ -217,17 +217,13 @@ def parse_choices(key: str, text: str) -> tuple:
     values = []
     items = [t.strip() for t in text.split(",") if t.strip()]
     for position, item in enumerate(items):
-        if option.kind == "set":
-            value = () if item == "none" else tuple(t for t in item.split("+") if t)
-        elif key == "batch_size" and (re.fullmatch(r"x\d+(\.\d+)?", item) or item == CLIMB):
+        if key == "batch_size" and (re.fullmatch(r"x\d+(\.\d+)?", item) or item == CLIMB):
             if item == CLIMB and position != len(items) - 1:
                 raise ConfigError(f"--search batch_size: {CLIMB} may only come last, e.g. "
                                   "batch_size=x1,x2,...")
             values.append(item)
             continue
-        else:
-            value = parse_value(option, item)
-        values.append(canonical_value(key, value))  # names the bad value
+        values.append(canonical_value(key, option.parse_one_of_several(item)))  # names a bad one
     if not values:
         raise ConfigError(f"--search {key}= names no values: {option.describe_allowed()}")
     return tuple(values)
