@@ -17,7 +17,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from strategies.errors import ConfigError
 from strategies.files import WriteError, write_atomic
@@ -59,6 +59,32 @@ class TuneConfig:
     `replace`; every path validates each value against the registry."""
 
     values: tuple[tuple[str, Any], ...] = field(default=())
+
+    if TYPE_CHECKING:
+        # The options, for type checkers and IDEs (at run time `__getattr__` serves them from
+        # `values`). A test keeps these in step with the registry.
+        precision: Literal["fp32", "tf32", "bf16", "fp16"]
+        grad_clip: float
+        weights: Literal["fp32", "bf16"]
+        attention: Literal["manual", "sdpa"]
+        fused_kernels: tuple[str, ...]
+        kernels_with_compile: Literal["inductor-first", "all"]
+        fp8: Literal["off", "tensorwise", "rowwise"]
+        checkpointing: Literal["off", "full", "every-n", "selective"]
+        checkpoint_every: int
+        parallel: Literal["none", "ddp", "fsdp2"]
+        devices: int
+        ddp_bucket_mb: int
+        ddp_bucket_view: bool
+        fsdp_reshard: bool
+        compile_mode: Literal["off", "default", "reduce-overhead", "max-autotune",
+                              "max-autotune-no-cudagraphs"]
+        compile_fullgraph: bool
+        compile_scope: Literal["model", "block"]
+        optimizer: Literal["plain", "foreach", "fused"]
+        optimizer_state: Literal["fp32", "bf16", "8bit", "offload"]
+        batch_size: int
+        micro_batch_size: int
 
     def __post_init__(self) -> None:
         given = dict(self.values)

@@ -8,7 +8,8 @@ float8, activation checkpointing, data-parallel wrapping, compile, optimizer), t
 `STRATEGIES` here (a test keeps the two in step).
 
 Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, add one
-`Strategy(...)` below, and its `apply` in its place in `compose.APPLY_ORDER`.
+`Strategy(...)` below, and its `apply` in its place in `compose.APPLY_ORDER`. Each option also
+gets its type in `TuneConfig` (for type checkers; a test names any that is missing).
 """
 
 from __future__ import annotations

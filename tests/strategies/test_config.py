@@ -153,3 +153,31 @@ def test_json_document_layout(tmp_path):
     save(TuneConfig.from_dict({"optimizer": "fused"}), tmp_path / "c.json")
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["config"]["optimizer"] == "fused"
+
+
+def test_the_typed_options_of_tuneconfig_are_the_registrys():
+    """TuneConfig declares each option for type checkers (under TYPE_CHECKING): the same keys,
+    in the registry's order, with the kind's type and, for a choice, exactly its choices."""
+    import ast
+    import inspect
+
+    from strategies import config
+    from strategies.registry import (
+        OPTIONS, BoolOption, ChoiceOption, FloatOption, IntOption, SetOption,
+    )
+
+    tree = ast.parse(inspect.getsource(config.TuneConfig))
+    block = next(n for n in ast.walk(tree)
+                 if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    declared = {n.target.id: n.annotation for n in block.body if isinstance(n, ast.AnnAssign)}
+    assert list(declared) == list(OPTIONS)
+    for key, option in OPTIONS.items():
+        note = declared[key]
+        if isinstance(option, ChoiceOption):
+            assert ast.unparse(note.value) == "Literal", key
+            values = note.slice.elts if isinstance(note.slice, ast.Tuple) else [note.slice]
+            assert tuple(ast.literal_eval(v) for v in values) == option.choices, key
+        else:
+            want = {BoolOption: "bool", FloatOption: "float", IntOption: "int",
+                    SetOption: "tuple[str, ...]"}[type(option)]
+            assert ast.unparse(note) == want, key
