@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from strategies.config import (
-    ConfigError, ExportedConfig, TuneConfig, format_of, parse_assignments, read, save,
+    ConfigError, ExportedConfig, format_of, parse_assignments, read, save,
 )
 from strategies.files import WriteError, check_writable
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
@@ -334,7 +334,7 @@ def cmd_bench(args) -> int:
             print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
             return 1
         measured = top.measured()
-        save(ExportedConfig(TuneConfig.from_dict(top.config), measured, environment,
+        save(ExportedConfig(top.tune_config, measured, environment,
                             workload["name"]), args.export)
         print(f"exported {top.label} to {args.export}")
     return 0 if any(r.status == "ok" for r in results) else 1

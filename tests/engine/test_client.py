@@ -65,6 +65,7 @@ def test_without_the_client_setup_the_tracker_would_warn(tmp_path):
 UI_SIDE = textwrap.dedent(
     """
     import sys
+    from strategies.config import TuneConfig
     from tuner_tui.engine import protocol
     from tuner_tui.engine.client import WorkerClient, WorkerSpec
 
@@ -73,7 +74,7 @@ UI_SIDE = textwrap.dedent(
         client.start()
         seen = []
         try:
-            client.send(protocol.RunTrial({"batch_size": 2}, 2, 1, ()))
+            client.send(protocol.RunTrial(TuneConfig.from_dict({"batch_size": 2}), 2, 1, ()))
             while not seen or not isinstance(seen[-1], (protocol.TrialFinished, protocol.RunFailed)):
                 event = client.wait_event(120)
                 assert event is not None, seen
@@ -101,6 +102,7 @@ def test_the_ui_side_of_a_real_worker_imports_no_torch(tmp_path):
 ORPHAN = textwrap.dedent(
     """
     import sys, time
+    from strategies.config import TuneConfig
     from tuner_tui.engine import protocol
     from tuner_tui.engine.client import WorkerClient
     from tuner_tui.engine.protocol import WorkerSpec
@@ -108,7 +110,7 @@ ORPHAN = textwrap.dedent(
     if __name__ == "__main__":
         client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
         client.start()
-        client.send(protocol.RunTrial({}, 100000, 1))
+        client.send(protocol.RunTrial(TuneConfig.from_dict({}), 100000, 1))
         while True:
             event = client.wait_event(60)
             if isinstance(event, protocol.StepMeasured) and event.step >= 2:

@@ -1,6 +1,7 @@
 """Worker groups on the CPU (gloo, 2 processes): DDP and FSDP2 train as one process would on the
 same global batch, and a rank that dies, runs out of memory or hangs ends its group at once."""
 
+from strategies.config import TuneConfig
 import json
 import math
 import os
@@ -52,7 +53,7 @@ def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(wor
     client = worker()
     rows = {}
     for parallel, devices in (("ddp", 2), ("fsdp2", 2), ("none", 1)):
-        config = {"parallel": parallel, "devices": devices, "batch_size": 8}
+        config = TuneConfig.from_dict({"parallel": parallel, "devices": devices, "batch_size": 8})
         client.send(P.RunTrial(config, steps=3, warmup_steps=1))
         done, events = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished), done
@@ -84,7 +85,8 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
     client = worker(device="cuda")
     results = {}
     for parallel in ("none", "ddp", "fsdp2"):
-        config = {"parallel": parallel, "devices": 1 if parallel == "none" else n, "batch_size": 8}
+        config = TuneConfig.from_dict(
+            {"parallel": parallel, "devices": 1 if parallel == "none" else n, "batch_size": 8})
         client.send(P.RunTrial(config, steps=3, warmup_steps=1))
         done, _ = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
@@ -100,7 +102,7 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
 
 def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(worker):
     client = worker()
-    client.send(P.ApplyConfig({"parallel": "ddp", "devices": 2}, measure_steps=1000))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), measure_steps=1000))
     until(client, (P.StepMeasured,))
     until(client, (P.StepMeasured,))
     ranks = _ranks(client)
@@ -115,7 +117,7 @@ def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_on
     assert not alive, "a rank of the failed group is still running"
     assert client.is_alive()
 
-    client.send(P.ApplyConfig({"parallel": "ddp", "devices": 2}, measure_steps=2))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), measure_steps=2))
     done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
     assert {p.pid for p in _ranks(client)}.isdisjoint({p.pid for p in ranks})
@@ -130,7 +132,7 @@ def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_on
 )
 def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, fault, kind, words):
     client = worker(fault_injection=fault)
-    client.send(P.RunTrial({"parallel": "fsdp2", "devices": 2}, steps=6, warmup_steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({"parallel": "fsdp2", "devices": 2}), steps=6, warmup_steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=120)
     assert isinstance(failed, P.RunFailed) and failed.kind == kind, failed
     assert words in failed.message, failed.message

@@ -269,7 +269,7 @@ def _trial(workload, tmp_path=None, **trial):
     client.start()
     try:
         deadline = time.monotonic() + 300
-        client.send(P.RunTrial({}, **trial))
+        client.send(P.RunTrial(TuneConfig.from_dict({}), **trial))
         while time.monotonic() < deadline:
             event = client.wait_event(1.0)
             if isinstance(event, (P.TrialFinished, P.RunFailed)):
@@ -304,7 +304,7 @@ def test_the_live_run_is_profiled_after_its_measurement_window():
     client.start()
     try:
         client.send(P.ProfileRun(steps=2))  # before any run: it waits for the next one
-        client.send(P.ApplyConfig({}, measure_steps=3))
+        client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=3))
         seen = []
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not any(isinstance(e, P.ProfileMeasured) for e in seen):

@@ -324,7 +324,7 @@ def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
 
     client, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
     try:
-        client.send(RunTrial({}, steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+        client.send(RunTrial(TuneConfig.from_dict({}), steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
         event = client.wait_event(120)
         while not isinstance(event, (TrialFinished, RunFailed)):
             event = client.wait_event(120)

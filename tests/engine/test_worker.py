@@ -1,5 +1,6 @@
 """The worker process with the real training loop on the CPU: trials, the live run, faults."""
 
+from strategies.config import TuneConfig
 import os
 import signal
 import time
@@ -42,7 +43,7 @@ def test_ready_event_describes_machine_and_workload(worker):
 
 def test_trial_reports_measured_figures_and_checks_the_loss(worker):
     client, _ = worker()
-    client.send(P.RunTrial({}, steps=4, warmup_steps=2))
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=4, warmup_steps=2))
     done, events = until(client, (P.TrialFinished, P.RunFailed))
     ref = done.result
     assert ref.status == "ok" and ref.measured_steps == 4 and len(ref.losses) == 6
@@ -53,14 +54,14 @@ def test_trial_reports_measured_figures_and_checks_the_loss(worker):
 
     # Same seed, same batches: the same configuration reproduces the losses exactly, and a
     # different precision stays within its tolerance.
-    client.send(P.RunTrial({"precision": "bf16", "attention": "sdpa"}, steps=4, warmup_steps=2,
+    client.send(P.RunTrial(TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa"}), steps=4, warmup_steps=2,
                            reference_losses=ref.losses))
     done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert done.result.status == "ok" and done.result.loss_ok is True
 
     # A wrong reference is caught as a mismatch.
     bad = tuple(x * 1.5 for x in ref.losses)
-    client.send(P.RunTrial({}, steps=2, warmup_steps=2, reference_losses=bad))
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=2, warmup_steps=2, reference_losses=bad))
     done, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert done.result.status == "loss-mismatch" and done.result.loss_ok is False
     assert "fp32 reference" in done.result.message
@@ -68,12 +69,12 @@ def test_trial_reports_measured_figures_and_checks_the_loss(worker):
 
 def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
     client, _ = worker()
-    client.send(P.ApplyConfig({}, measure_steps=3))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=3))
     started, _ = until(client, P.RunStarted)
     finished, _ = until(client, P.TrialFinished)
     assert finished.run_id == started.run_id and finished.result.status == "ok"
 
-    client.send(P.ApplyConfig({"checkpointing": "full"}, measure_steps=3))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({"checkpointing": "full"}), measure_steps=3))
     started2, _ = until(client, P.RunStarted)
     assert started2.run_id > started.run_id and "ckpt full" in started2.label
     finished2, _ = until(client, P.TrialFinished)
@@ -93,7 +94,7 @@ def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
 
 def test_oom_is_reported_and_the_worker_goes_on(worker):
     client, _ = worker(fault_injection="oom")
-    client.send(P.RunTrial({}, steps=2, warmup_steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=2, warmup_steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
     assert "Tried to allocate 64.00 GiB" in failed.message
@@ -103,12 +104,12 @@ def test_oom_is_reported_and_the_worker_goes_on(worker):
 
 def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replaces(worker):
     client, _ = worker(fault_injection="oom-above:8")
-    client.send(P.ApplyConfig({}, measure_steps=2))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=2))
     first, _ = until(client, P.TrialFinished)
     assert first.result.status == "ok"
     # Batch 16 runs out of memory: first its fp32 reference (plain, then fully checkpointed),
     # which is given up, then the run itself.
-    client.send(P.ApplyConfig({"batch_size": 16}, measure_steps=2))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({"batch_size": 16}), measure_steps=2))
     failed, seen = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
     assert failed.run_id > first.run_id
@@ -116,7 +117,7 @@ def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replace
     assert {e.run_id for e in seen if isinstance(e, P.StepMeasured)} <= {first.run_id}
     started = [e for e in seen if isinstance(e, P.RunStarted)]
     assert [(e.run_id, e.batch_size) for e in started] == [(failed.run_id, 16)]
-    client.send(P.ApplyConfig({}, measure_steps=2))  # and the worker goes on
+    client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=2))  # and the worker goes on
     again, _ = until(client, (P.TrialFinished, P.RunFailed))
     assert again.result.status == "ok" and again.run_id > failed.run_id
 
@@ -124,7 +125,7 @@ def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replace
 def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_refused(worker):
     # fp32 above batch 8 runs out of memory (with full checkpointing too); bf16 fits.
     client, _ = worker(fault_injection="oom-above:8:fp32")
-    client.send(P.ApplyConfig({"precision": "bf16", "batch_size": 16}, measure_steps=2))
+    client.send(P.ApplyConfig(TuneConfig.from_dict({"precision": "bf16", "batch_size": 16}), measure_steps=2))
     done, seen = until(client, (P.TrialFinished, P.RunFailed))
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
     assert done.result.loss_ok is None and done.result.batch_size == 16
@@ -134,18 +135,18 @@ def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_ref
 
 def test_diverged_run_is_marked(worker):
     client, _ = worker(workload="tests.engine.user_workloads:exploding")
-    client.send(P.RunTrial({}, steps=3, warmup_steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=3, warmup_steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "diverged"
     assert "inf" in failed.message
-    client.send(P.RunTrial({}, steps=1, warmup_steps=1))  # still serving
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=1, warmup_steps=1))  # still serving
     done, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert done.result.status in ("ok", "diverged")
 
 
 def test_invalid_configuration_for_the_device_is_refused(worker):
     client, _ = worker()
-    client.send(P.RunTrial({"compile_mode": "reduce-overhead"}, steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({"compile_mode": "reduce-overhead"}), steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert failed.kind == "invalid" and "reduce-overhead" in failed.message
 
@@ -162,14 +163,14 @@ def test_a_killed_worker_is_noticed(worker):
 @pytest.mark.slow
 def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(worker):
     client, _ = worker(workload="tests.engine.user_workloads:graph_break")
-    client.send(P.RunTrial({"compile_mode": "default", "compile_fullgraph": True}, steps=1,
+    client.send(P.RunTrial(TuneConfig.from_dict({"compile_mode": "default", "compile_fullgraph": True}), steps=1,
                            warmup_steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     assert isinstance(failed, P.RunFailed) and failed.kind == "compile", failed
     assert failed.message.startswith("compile failed:")
     assert "user_workloads.py" in failed.message  # where the break is
     # Without fullgraph the same model runs, with the break falling back to eager.
-    client.send(P.RunTrial({"compile_mode": "default"}, steps=1, warmup_steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({"compile_mode": "default"}), steps=1, warmup_steps=1))
     done, _ = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
 
@@ -177,7 +178,7 @@ def test_graph_break_under_fullgraph_is_a_compile_failure_with_its_location(work
 @pytest.mark.slow
 def test_recompiles_past_the_limit_are_reported(worker):
     client, _ = worker(workload="tests.engine.user_workloads:recompiles")
-    client.send(P.RunTrial({"compile_mode": "default"}, steps=2, warmup_steps=1))
+    client.send(P.RunTrial(TuneConfig.from_dict({"compile_mode": "default"}), steps=2, warmup_steps=1))
     done, events = until(client, (P.RunFailed, P.TrialFinished), timeout=300)
     logs = [e.text for e in events if isinstance(e, P.WorkerLog)]
     assert any("recompile" in t.lower() and "limit" in t.lower() for t in logs), logs
@@ -191,7 +192,7 @@ def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_ti
     next_worker = runner.NextWorker(spec)
     try:
         next_worker.begin(current)
-        current.send(P.RunTrial({}, steps=3, warmup_steps=2))
+        current.send(P.RunTrial(TuneConfig.from_dict({}), steps=3, warmup_steps=2))
         measured_while_starting = []
         while True:
             event = current.wait_event(120)
@@ -217,7 +218,7 @@ def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
     next_worker = runner.NextWorker(WorkerSpec(workload="no_such_module:nothing", device="cpu"))
     try:
         next_worker.begin(current)
-        current.send(P.RunTrial({}, steps=2, warmup_steps=1))
+        current.send(P.RunTrial(TuneConfig.from_dict({}), steps=2, warmup_steps=1))
         done, _ = until(current, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
         with pytest.raises(runner.WorkerStartError):
@@ -252,7 +253,7 @@ def test_a_failed_step_releases_its_memory_after_its_tensors_are_gone(monkeypatc
     for apply in (worker.apply_config, worker.run_trial):
         user_workloads.HELD_BY_FAILED_STEP.clear()
         released_after.clear()
-        cmd = P.ApplyConfig({}, measure_steps=2) if apply == worker.apply_config else P.RunTrial({}, 2, 1)
+        cmd = P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=2) if apply == worker.apply_config else P.RunTrial(TuneConfig.from_dict({}), 2, 1)
         apply(cmd)
         seen = []
         while not events.empty():

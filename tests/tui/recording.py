@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from strategies.config import TuneConfig
 from tuner_tui.engine import protocol
 
 DATA = Path(__file__).parent / "data" / "recorded_run.json"
@@ -30,6 +31,8 @@ def encode(event) -> dict:
     fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
     if isinstance(fields.get("result"), protocol.TrialResult):
         fields["result"] = fields["result"].to_dict()
+    if isinstance(fields.get("config"), TuneConfig):
+        fields["config"] = fields["config"].to_dict()
     return {"type": type(event).__name__, "fields": fields}
 
 
@@ -40,6 +43,8 @@ def decode(item: dict):
     fields = {k: v for k, v in fields.items() if k in known}
     if isinstance(fields.get("result"), dict):
         fields["result"] = protocol.TrialResult.from_dict(fields["result"])
+    if cls is protocol.RunStarted:
+        fields["config"] = TuneConfig.from_dict(fields["config"])
     return cls(**fields)
 
 
@@ -47,7 +52,7 @@ def load_recording(path: Path = DATA) -> list:
     return [decode(item) for item in json.loads(path.read_text())]
 
 
-def record(configs: list[dict], steps_after_trial: int = 10) -> list:
+def record(configs: list[TuneConfig], steps_after_trial: int = 10) -> list:
     """Drive a real CPU worker through `configs`; each run until its TrialFinished (or failure)
     and `steps_after_trial` more steps."""
     from tuner_tui.engine.client import WorkerClient
@@ -83,8 +88,6 @@ def record(configs: list[dict], steps_after_trial: int = 10) -> list:
 
 
 def main() -> int:
-    from strategies.config import TuneConfig
-
     base = TuneConfig()
     configs = [
         base,
@@ -93,7 +96,7 @@ def main() -> int:
         base.replace(attention="sdpa", compile_mode="default"),
         base.replace(checkpointing="full", attention="sdpa"),
     ]
-    events = record([c.to_dict() for c in configs])
+    events = record(configs)
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps([encode(e) for e in events], indent=None) + "\n")
     print(f"wrote {len(events)} events to {DATA}", file=sys.stderr)

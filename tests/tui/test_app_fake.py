@@ -32,7 +32,8 @@ def make_app(start_config=None, **fake):
 
 
 def applied(worker: FakeWorker) -> list[dict]:
-    return [c.config for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
+    """The configurations the app sent, as plain dicts."""
+    return [c.config.to_dict() for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
 
 
 @async_test
@@ -238,7 +239,7 @@ async def test_dead_worker_is_noticed_restarted_and_the_last_config_reapplied():
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 2)
         # A new run that dies before it is measured:
-        workers[0]._emit(protocol.RunStarted(99, start.replace(attention="sdpa").to_dict(), "bf16 + sdpa", 8))
+        workers[0]._emit(protocol.RunStarted(99, start.replace(attention="sdpa"), "bf16 + sdpa", 8))
         await wait_for(pilot, lambda: app.session.run_id == 99)
         app.last_requested = start.replace(attention="sdpa")
         workers[0].kill()

@@ -73,7 +73,7 @@ class Harness:
 
     def sent(self, worker: FakeWorker | None = None) -> list[dict]:
         worker = worker or self.screen.worker
-        return [c.config for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
+        return [c.config.to_dict() for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
 
     @property
     def labels(self) -> list[str]:
@@ -153,7 +153,7 @@ def test_a_restart_the_user_asked_for_is_not_a_crash():
 def test_a_crash_mid_run_gets_its_row_and_a_notification():
     h = Harness()
     h.start_worker()
-    h.screen.worker._emit(protocol.RunStarted(99, TuneConfig().to_dict(), "fp32", 8))
+    h.screen.worker._emit(protocol.RunStarted(99, TuneConfig(), "fp32", 8))
     h.pump()
     h.crash()
     assert h.session.rows[-1].result.status == "crash"

@@ -77,10 +77,10 @@ def test_the_session_puts_a_profile_on_its_runs_row():
     from tuner_tui.app.session import Session
 
     session = Session()
-    session.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)
+    session.apply(protocol.RunStarted(1, TuneConfig(), "fp32", 8), 0.0)
     result = protocol.TrialResult(config={}, label="fp32", status="ok", tokens_per_s=1.0)
     session.apply(protocol.TrialFinished(1, result), 0.0)
-    session.apply(protocol.RunStarted(2, {}, "bf16", 8), 0.0)
+    session.apply(protocol.RunStarted(2, TuneConfig(), "bf16", 8), 0.0)
     profile = host_bound_profile({})
     session.apply(protocol.ProfileMeasured(1, profile), 0.0)
     assert session.rows[0].result.profile == profile and session.last_profiled() is session.rows[0]
@@ -98,7 +98,7 @@ class ProfilingRecordedWorker(RecordedWorker):
         super().send(command)
         if isinstance(command, protocol.ProfileRun):
             last = [e for e in self.recorded if isinstance(e, protocol.RunStarted)][-1]
-            self._emit(protocol.ProfileMeasured(last.run_id, host_bound_profile(last.config)))
+            self._emit(protocol.ProfileMeasured(last.run_id, host_bound_profile(last.config.to_dict())))
 
 
 def test_profile_panel_snapshot(snap_compare):

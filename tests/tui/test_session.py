@@ -30,9 +30,9 @@ def result(label: str, tokens: float | None, status: str = "ok") -> protocol.Tri
 def test_runs_steps_markers_and_rows():
     s = Session()
     s.worker_started(7)
-    for e in (ready(), protocol.RunStarted(1, {}, "fp32", 8), step(1, 0), step(1, 1),
+    for e in (ready(), protocol.RunStarted(1, TuneConfig(), "fp32", 8), step(1, 0), step(1, 1),
               protocol.TrialFinished(1, result("fp32", 1000.0)),
-              protocol.RunStarted(2, {}, "bf16", 8), step(2, 0, 2500.0),
+              protocol.RunStarted(2, TuneConfig(), "bf16", 8), step(2, 0, 2500.0),
               protocol.TrialFinished(2, result("bf16", 2500.0))):
         s.apply(e, now=0.0)
     assert s.capabilities == CPU_CAPS
@@ -45,14 +45,14 @@ def test_runs_steps_markers_and_rows():
 
 def test_stragglers_from_a_replaced_run_are_ignored():
     s = Session()
-    s.apply(protocol.RunStarted(2, {}, "bf16", 8), 0.0)
+    s.apply(protocol.RunStarted(2, TuneConfig(), "bf16", 8), 0.0)
     s.apply(step(1, 5), 0.0)
     assert len(s.throughput) == 0
 
 
 def test_compile_time_is_counted_from_the_ui_clock():
     s = Session()
-    s.apply(protocol.RunStarted(1, {}, "compile", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "compile", 8), 0.0)
     s.apply(protocol.CompileStarted(1), 10.0)
     assert s.compiling_for(13.5) == 3.5
     s.apply(protocol.CompileFinished(1, 3.6), 13.6)
@@ -61,7 +61,7 @@ def test_compile_time_is_counted_from_the_ui_clock():
 
 def test_failure_after_measurement_updates_the_same_row():
     s = Session()
-    s.apply(protocol.RunStarted(1, {}, "fp16", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "fp16", 8), 0.0)
     s.apply(protocol.TrialFinished(1, result("fp16", 3000.0)), 0.0)
     s.apply(protocol.RunFailed(1, "diverged", "loss is nan at step 40"), 0.0)
     assert len(s.rows) == 1
@@ -72,12 +72,12 @@ def test_failure_after_measurement_updates_the_same_row():
 def test_a_dead_worker_turns_the_run_in_flight_into_a_crash_row_and_run_ids_restart():
     s = Session()
     s.worker_started(7)
-    s.apply(protocol.RunStarted(1, {"precision": "bf16"}, "bf16", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig.from_dict({"precision": "bf16"}), "bf16", 8), 0.0)
     message = s.worker_died(-9)
     assert "SIGKILL" in message
     assert s.rows[0].result.status == "crash" and s.worker_state == "dead"
     s.worker_started(8)
-    s.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)  # the new worker counts from 1 again
+    s.apply(protocol.RunStarted(1, TuneConfig(), "fp32", 8), 0.0)  # the new worker counts from 1 again
     s.apply(protocol.TrialFinished(1, result("fp32", 900.0)), 0.0)
     assert [r.result.status for r in s.rows] == ["crash", "ok"]
     assert [r.number for r in s.rows] == [1, 2]
@@ -85,7 +85,7 @@ def test_a_dead_worker_turns_the_run_in_flight_into_a_crash_row_and_run_ids_rest
 
 def test_pause_restores_the_previous_state():
     s = Session()
-    s.apply(protocol.RunStarted(1, {}, "x", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "x", 8), 0.0)
     s.apply(protocol.Paused(), 0.0)
     assert s.worker_state == "paused"
     s.apply(protocol.Resumed(), 0.0)
@@ -95,7 +95,7 @@ def test_pause_restores_the_previous_state():
 def test_sorting_puts_unknown_figures_last_both_ways():
     s = Session()
     for i, (tokens, status) in enumerate(((1000.0, "ok"), (None, "oom"), (3000.0, "ok")), start=1):
-        s.apply(protocol.RunStarted(i, {}, f"r{i}", 8), 0.0)
+        s.apply(protocol.RunStarted(i, TuneConfig(), f"r{i}", 8), 0.0)
         s.apply(protocol.TrialFinished(i, result(f"r{i}", tokens, status)), 0.0)
     assert [r.number for r in sorted_rows(s, "tokens", reverse=True)] == [3, 1, 2]
     assert [r.number for r in sorted_rows(s, "tokens", reverse=False)] == [1, 3, 2]
@@ -129,7 +129,7 @@ def test_formats():
 
 def test_the_step_that_compiled_is_not_plotted():
     s = Session()
-    s.apply(protocol.RunStarted(1, {}, "compile", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "compile", 8), 0.0)
     s.apply(protocol.CompileStarted(1), 0.0)
     s.apply(protocol.StepMeasured(1, 0, 15000.0, 1.0, 3.0, None, 1, 2, 0.0), 15.0)
     s.apply(protocol.CompileFinished(1, 15.0), 15.0)
@@ -175,13 +175,13 @@ def test_a_run_refused_before_it_started_is_a_row_but_a_failed_setup_is_not():
     s = Session()
     s.apply(protocol.RunFailed(0, "invalid", "unknown workload 'x'"), 0.0)
     assert s.rows == []
-    s.apply(protocol.RunStarted(1, {}, "fp32", 8), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "fp32", 8), 0.0)
     s.apply(protocol.TrialFinished(1, result("fp32", 1000.0)), 0.0)
     s.applying({"precision": "fp16"}, "fp16")
     s.apply(protocol.RunFailed(2, "invalid", "precision = fp16 needs a CUDA GPU"), 0.0)
     assert [(r.number, r.result.label, r.result.status) for r in s.rows] == [(1, "fp32", "ok"), (2, "fp16", "invalid")]
     assert s.worker_state == "idle"  # the worker waits for a command, not "applying" forever
-    s.apply(protocol.RunStarted(3, {}, "bf16", 8), 0.0)
+    s.apply(protocol.RunStarted(3, TuneConfig(), "bf16", 8), 0.0)
     assert s.markers[-1].number == 3
 
 
@@ -193,7 +193,7 @@ def test_a_group_step_shows_each_rank_and_the_split_batch():
     s = Session()
     group_step = protocol.StepMeasured(1, 3, 9.5, 1000.0, 3.0, None, 1, 2, 0.0,
                                        rank_step_ms=(9.1, 9.5))
-    for e in (ready(), protocol.RunStarted(1, {"parallel": "ddp", "devices": 2}, "ddp x2", 8),
+    for e in (ready(), protocol.RunStarted(1, TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), "ddp x2", 8),
               group_step):
         s.apply(e, now=0.0)
     console = Console(width=100, record=True)

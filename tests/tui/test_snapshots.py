@@ -9,6 +9,7 @@ from __future__ import annotations
 from recording import load_recording
 from tui_fakes import FakeSampler, RecordedWorker, wait_for
 
+from strategies.config import TuneConfig
 from tuner_tui.app.app import GputuneApp
 from tuner_tui.engine import protocol
 
@@ -80,7 +81,7 @@ def test_compiling_indicator(snap_compare):
         app = pilot.app
         worker = app.reader._source
         # A compile in flight for 7 s on the app's fixed clock.
-        worker._emit(protocol.RunStarted(6, app.session.run_config, "fp32 + compile(max-autotune)", 8))
+        worker._emit(protocol.RunStarted(6, TuneConfig.from_dict(app.session.run_config), "fp32 + compile(max-autotune)", 8))
         worker._emit(protocol.CompileStarted(6))
         await wait_for(pilot, lambda: app.session.worker_state == "compiling")
         app.session.compile_started_at = 993.0

@@ -113,12 +113,12 @@ class FakeWorker:
         elif isinstance(command, protocol.Shutdown):
             self.alive, self.code = False, 0
 
-    def _apply(self, config: dict) -> None:
-        self.config = dict(config)
+    def _apply(self, c: TuneConfig) -> None:
+        config = c.to_dict()
+        self.config = config
         self.run_id += 1
         run = self.run_id
-        c = TuneConfig.from_dict(config)
-        events = [protocol.RunStarted(run, c.to_dict(), c.label(), 8)]
+        events = [protocol.RunStarted(run, c, c.label(), 8)]
         compile_s = None
         if c.compile_mode != "off":
             compile_s = 12.5

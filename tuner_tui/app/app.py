@@ -217,7 +217,7 @@ class GputuneApp(App[int]):
             self.sub_title = f"{self.session.workload.get('name', '')} · {caps.gpu_name or caps.device}"
         elif isinstance(event, protocol.RunStarted):
             try:
-                self.toggles.mark_applied(TuneConfig.from_dict(event.config))
+                self.toggles.mark_applied(event.config)
             except ConfigError:
                 pass
         elif isinstance(event, protocol.ProfileMeasured):

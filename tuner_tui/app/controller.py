@@ -81,7 +81,7 @@ class Controller:
                 return False
         self.last_requested = config
         sent = caps is not None and self.controls.send(
-            protocol.ApplyConfig(config.to_dict(), measure_steps=self.measure_steps)
+            protocol.ApplyConfig(config, measure_steps=self.measure_steps)
         )
         if sent:
             self.session.applying(config.to_dict(), config.label())
@@ -259,7 +259,7 @@ class Controller:
         if row is None and getattr(self.session.current_result(), "status", "") == "numerics":
             row = self.session.fastest_passed_row()
         if row is not None:
-            config = TuneConfig.from_dict(row.result.config)
+            config = row.result.tune_config
             what = f"run {row.number}: {row.result.label} ({row.result.status})"
             return what, ExportedConfig(config, row.result.measured(), environment, workload)
         if self.session.run_config:
@@ -283,7 +283,7 @@ class Controller:
             self.controls.notify("The leaderboard is empty: nothing to re-apply.", severity="warning")
             return
         try:
-            config = TuneConfig.from_dict(row.result.config)
+            config = row.result.tune_config
         except ConfigError as exc:
             self.controls.notify(str(exc), title="cannot re-apply", severity="error")
             return

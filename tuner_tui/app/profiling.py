@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from strategies.config import ConfigError, TuneConfig
+from strategies.config import ConfigError
 from tuner_tui.engine import protocol
 
 TRACE_DIR = "gputune-traces"
@@ -38,7 +38,7 @@ def request_profile(app: Any, trace: bool) -> None:
         return
     if row is not None and row is not session.row_for_run(session.run_id):
         try:
-            config = TuneConfig.from_dict(row.result.config)
+            config = row.result.tune_config
         except ConfigError as exc:
             app.notify(str(exc), title="cannot profile", severity="error")
             return

@@ -39,7 +39,7 @@ class LiveSearch:
     def _absorb(self, results: Iterable[TrialResult]) -> None:
         for result in results:
             try:
-                config = self.space.canonical(TuneConfig.from_dict(result.config))
+                config = self.space.canonical(result.tune_config)
             except ConfigError:
                 continue
             if result.status == "crash" and config in self.history:
@@ -61,7 +61,7 @@ class LiveSearch:
     @property
     def best(self) -> TuneConfig | None:
         result = self.history.best()
-        return TuneConfig.from_dict(result.config) if result is not None else None
+        return result.tune_config if result is not None else None
 
     @property
     def best_tokens(self) -> float:

@@ -208,7 +208,7 @@ class Session:
         self.pending = None
         self.run_id = event.run_id
         self.run_label = event.label
-        self.run_config = dict(event.config)
+        self.run_config = event.config.to_dict()
         self.batch_size = event.batch_size
         self.compile_started_at = None
         self.compile_s = None

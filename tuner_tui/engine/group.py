@@ -262,7 +262,7 @@ class GroupTrainer(Trainer):
         if not self.group.alive:
             self.group.start()
         answers = self.group.call(
-            "build", self.config.to_dict(), self.warmup_steps, self.device_name,
+            "build", self.config, self.warmup_steps, self.device_name,
             timeout=SLOW_TIMEOUT_S,
         )
         self.report = answers[0]["report"]

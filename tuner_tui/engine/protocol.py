@@ -4,13 +4,18 @@ Commands are imperative and go to the worker; events are past tense and come bac
 frozen dataclasses of plain Python values (no tensors), so they pickle across a spawn
 `multiprocessing.Queue`. This module imports no torch: the dashboard imports it.
 
-Configurations travel as plain dicts (`TuneConfig.to_dict()`), results as `TrialResult`.
+Configurations travel as `TuneConfig` (torch-free, frozen, validated: what arrives is what was
+sent), results as `TrialResult`, whose `config` is the plain dict it is stored and written as
+(`TrialResult.tune_config` reads it back).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from strategies.config import TuneConfig
 
 # -- what a worker trains -----------------------------------------------------------------------
 
@@ -44,7 +49,7 @@ class ApplyConfig:
     """Rebuild the run with this configuration (same initial weights and batches) and train on,
     reporting a `TrialFinished` once the measurement window is over."""
 
-    config: dict
+    config: TuneConfig
     measure_steps: int = 20
 
 
@@ -52,7 +57,7 @@ class ApplyConfig:
 class RunTrial:
     """Measure one configuration for a fixed number of steps, report it, then wait."""
 
-    config: dict
+    config: TuneConfig
     steps: int = 20
     warmup_steps: int = 5
     reference_losses: tuple[float, ...] = ()
@@ -107,7 +112,7 @@ class WorkerReady:
 @dataclass(frozen=True)
 class RunStarted:
     run_id: int
-    config: dict
+    config: TuneConfig
     label: str
     batch_size: int
 
@@ -220,6 +225,12 @@ class TrialResult:
         only."""
         d = self.to_dict()
         return {k: d[k] for k in MEASURED_KEYS if d.get(k) not in (None, "")}
+
+    @functools.cached_property
+    def tune_config(self) -> TuneConfig:
+        """`config` as a `TuneConfig`, parsed once (ConfigError for a stored configuration that
+        this version no longer accepts)."""
+        return TuneConfig.from_dict(self.config)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrialResult":

@@ -17,8 +17,12 @@ import threading
 import time
 import traceback
 from dataclasses import astuple, dataclass
+from typing import TYPE_CHECKING
 
 from tuner_tui.engine.protocol import WorkerSpec
+
+if TYPE_CHECKING:
+    from strategies.config import TuneConfig
 
 GROUP_ENVIRON = {
     # NVLink multicast (NVLS) is off in every process of a group: the lent machines' fabric
@@ -118,13 +122,12 @@ class Rank:
         self.workload = workloads.load(name, w.sequence_length, w.seed, w.data, self.spec.device)
         return {"pid": os.getpid()}
 
-    def build(self, config: dict, warmup: int, device_name: str) -> dict:
-        from strategies.config import TuneConfig
+    def build(self, config: TuneConfig, warmup: int, device_name: str) -> dict:
         from tuner_tui.engine.trial import Trainer
 
         self.close()
         self.trainer = Trainer(
-            workload=self.workload, config=TuneConfig.from_dict(config), device=self.spec.device,
+            workload=self.workload, config=config, device=self.spec.device,
             seed=self.spec.worker.seed, warmup_steps=warmup, device_name=device_name,
             rank=self.spec.rank, world_size=self.spec.world_size,
         )

@@ -159,7 +159,7 @@ def remeasure(
     for _ in range(repeats):
         for c in candidates:
             index += 1
-            c.repeats.append(run(TuneConfig.from_dict(c.original.config), index, total))
+            c.repeats.append(run(c.original.tune_config, index, total))
     return decide(candidates)
 
 

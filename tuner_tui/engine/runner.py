@@ -141,7 +141,7 @@ def run_one(
     progress: Progress,
     stop_if_slower_than_ms: float | None = None,
 ) -> protocol.TrialResult:
-    client.send(protocol.RunTrial(config.to_dict(), plan.steps, plan.warmup_steps, reference,
+    client.send(protocol.RunTrial(config, plan.steps, plan.warmup_steps, reference,
                                   stop_if_slower_than_ms=stop_if_slower_than_ms,
                                   profile_steps=plan.profile_steps, trace_path=plan.trace_path))
     deadline = time.monotonic() + plan.trial_timeout_s

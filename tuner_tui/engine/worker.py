@@ -149,14 +149,13 @@ class Worker:
         result = trainer.result(status=kind, message=message) if trainer else None
         self.emit(protocol.RunFailed(self.run_id, kind, message, result))
 
-    def _new_run(self, config_dict: dict, warmup: int, reference: tuple[float, ...]):
+    def _new_run(self, config: TuneConfig, warmup: int, reference: tuple[float, ...]):
         """The trainer of run `self.run_id` (the caller numbered it), not built yet (the caller
         builds it, so that it can release what a failed build left); RunStarted sent."""
-        config = TuneConfig.from_dict(config_dict)
         config.check_runnable(self.caps)
         self._keep_group_for(config)
         trainer = self._trainer(config, warmup, reference)
-        self.emit(protocol.RunStarted(self.run_id, config.to_dict(), config.label(), trainer.batch_size))
+        self.emit(protocol.RunStarted(self.run_id, config, config.label(), trainer.batch_size))
         return trainer
 
     def _keep_group_for(self, config: TuneConfig) -> None:
@@ -249,12 +248,11 @@ class Worker:
             "with full checkpointing: the loss of this run goes unchecked"))
         return ()
 
-    def reference_gradients(self, config_dict: dict) -> dict | None:
+    def reference_gradients(self, config: TuneConfig) -> dict | None:
         """The fp32 reference's first-step gradients at this configuration's batch size,
         computed here, before the candidate is built (gradients.py says why)."""
         from tuner_tui.engine.reference_gradients import reference_gradients
 
-        config = TuneConfig.from_dict(config_dict)
         batch_size = config.batch_size or self.workload.default_batch_size
         if self.gradients is None or self.gradients[0] != batch_size:
             self.gradients = None  # the old copy goes before the new one is made
@@ -349,7 +347,7 @@ class Worker:
         # request, never to the run it replaces, whose measured row must stay as it was.
         self.run_id += 1
         try:
-            reference = self.reference(TuneConfig.from_dict(cmd.config))
+            reference = self.reference(cmd.config)
             gradients = self.reference_gradients(cmd.config)
             trainer = self._new_run(cmd.config, 5, reference)
             trainer.reference_gradients = gradients
