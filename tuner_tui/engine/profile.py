@@ -396,15 +396,18 @@ def flop_line(profile: dict) -> str | None:
     """The achieved rate of the matmuls (and of SDPA) per precision against its peak, in one
     line: "matmul: 412.3 TFLOP/s bf16 = 42% of peak; SDPA: 180.2 TFLOP/s bf16 = 18% of peak".
     None where the step has neither."""
+    cpu = profile["timeline"] == "CPU"
+
     def rate(r: dict) -> str:
         text = f"{flop_rate(r['tflops'])} {r['precision']}"
         if r["of_peak"] is not None:
             return f"{text} = {r['of_peak']:.0%} of peak"
-        return text + (" (no peak on the CPU)" if profile["timeline"] == "CPU"
-                       else f" (no {r['precision']} peak known)")
+        return text if cpu else f"{text} (no {r['precision']} peak known)"
 
     parts = [f"{title}: " + ", ".join(rate(r) for r in profile[key])
              for key, title in (("matmul", "matmul"), ("sdpa", "SDPA")) if profile.get(key)]
+    if cpu and parts:
+        parts[-1] += " (no peak on the CPU)"
     if not profile.get("matmul") and profile["categories"]["matmul"] >= 0.01:
         # CUDA graphs replay kernels without their ops; Triton matmuls have no aten op.
         parts.insert(0, "matmul: TFLOP/s unknown (its kernels ran without a matmul op to count)")
