@@ -10,6 +10,7 @@ from profile_recording import load
 from strategies.config import TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol as P
+from tuner_tui.engine import workloads
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.profile import (
     CATEGORIES, STEP_MARKER, Activity, categorize, describe, summarize, suggestions,
@@ -146,6 +147,33 @@ def test_back_to_back_matmuls_are_compute_bound_at_their_rate_against_the_dtype_
     assert rate["of_peak"] == pytest.approx(rate["tflops"] / 989.4)
     assert "of the bf16 peak" in profile["evidence"]
     assert not any(s.startswith("precision=bf16") for s in profile["suggestions"])
+    assert rate["flops_per_step"] == 4 * flops and rate["ms_per_step"] == pytest.approx(0.8)
+    assert "matmul: 687.2 TFLOP/s bf16 = 69% of peak" in describe(profile)
+
+
+def test_attention_counts_the_kernels_of_its_inner_ops_and_graph_replays_have_no_rate():
+    t = Timeline()
+    flops = 2 * 8 * 16 * 1024 * 1024 * 128 * 2  # B=8, H=16, L=1024, E=Ev=128: two matmuls
+    for s in range(3):
+        base = s * 1000
+        t.step(s, base, base + 1000)
+        # The flash op carries the FLOPs; its inner op launches the kernel.
+        outer = Activity("aten::_scaled_dot_product_flash_attention", "op", base + 1, base + 4, 1,
+                         id=1000 + s, flops=flops, dtype="c10::BFloat16")
+        t.activities.append(outer)
+        # A gemm with no op: as CUDA graphs replay it.
+        t.activities.append(Activity("sm90_xmma_gemm_bf16bf16", "kernel", base + 100, base + 400, 7))
+        t.kernel("flash_fwd_kernel", base + 400, base + 900,
+                 op="aten::_flash_attention_forward", op_at=base + 2)
+    peaks = {"bf16": (989.4, "datasheet")}
+    profile = summarize(t.activities, "cuda", peaks=peaks)
+    (sdpa,) = profile["sdpa"]
+    assert sdpa["tflops"] == pytest.approx(flops / 500e-6 / 1e12)
+    assert 0 < sdpa["of_peak"] < 1 and sdpa["flops_per_step"] == flops
+    assert profile["matmul"] == [] and profile["categories"]["matmul"] == pytest.approx(0.3)
+    line = [x for x in describe(profile) if x.startswith("matmul: ")]
+    assert line == [("matmul: TFLOP/s unknown (its kernels ran without a matmul op to count); "
+                     f"SDPA: {sdpa['tflops']:.1f} TFLOP/s bf16 = {sdpa['of_peak']:.0%} of peak")]
 
 
 def test_elementwise_heavy_steps_are_memory_bound():
@@ -290,8 +318,16 @@ def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(t
     _sums_to_one(profile)
     assert profile["bottleneck"] in ("host", "memory", "compute", "communication")
     assert profile["steps"] == 2 and profile["device"] == "cpu"
-    assert profile["matmul"] and profile["matmul"][0]["precision"] == "fp32"
-    assert profile["matmul"][0]["peak_tflops"] is None  # no trustworthy peak on the CPU
+    (matmul,) = profile["matmul"]
+    assert matmul["precision"] == "fp32" and matmul["tflops"] > 0
+    assert matmul["peak_tflops"] is None and matmul["of_peak"] is None  # no trustworthy CPU peak
+    # The FLOPs counted from the shapes are the model's: 6 per weight per token (the LayerNorm
+    # weights and biases, no matmul, are the difference) and attention's two matmuls.
+    workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+    model_flops = workload.flops_per_item(workload.build_model())
+    tokens = result.batch_size * result.sequence_length
+    assert matmul["flops_per_step"] == pytest.approx(model_flops * tokens, rel=0.03)
+    assert matmul["profiler_flops_per_step"] == pytest.approx(matmul["flops_per_step"])
     assert profile["compile"] == {"graphs": 0, "graph_breaks": 0, "recompiles": 0}
     assert profile["trace"] == str(trace)
     assert "traceEvents" in json.loads(trace.read_text())
@@ -345,6 +381,10 @@ def test_bench_profile_writes_categories_and_bottleneck_for_each_row(gputune, tm
         assert sum(row["profile"]["categories"].values()) == pytest.approx(1.0, abs=0.01)
         assert row["profile"]["bottleneck"] in ("host", "memory", "compute", "communication")
     assert proc.stdout.count("bottleneck: ") == 2 and "#2 bf16 + sdpa" in proc.stdout
+    assert rows[1]["profile"]["matmul"][0]["precision"] == "bf16"
+    assert rows[1]["profile"]["sdpa"][0]["tflops"] > 0
+    assert proc.stdout.count("matmul: ") == 2 and "bf16; SDPA: " in proc.stdout
+    assert "bf16 (no peak on the CPU)" in proc.stdout
     assert "USDT" not in proc.stderr  # the profiler's own chatter stays off the terminal
 
 
@@ -378,6 +418,13 @@ def test_a_gpu_profile_splits_the_gpu_timeline_and_rates_the_matmuls():
     assert profile["timeline"] == "GPU" and profile["kernels_per_step"] > 10
     assert profile["launches_per_step"] > 10
     assert profile["bottleneck"] == "host"  # a tiny model: the GPU waits for launches
-    assert any(r["precision"] == "bf16" and r["tflops"] > 0 for r in profile["matmul"])
+    bf16 = next(r for r in profile["matmul"] if r["precision"] == "bf16")
+    assert bf16["tflops"] > 0 and 0 < bf16["of_peak"] < 1
+    assert profile["sdpa"] and 0 < profile["sdpa"][0]["of_peak"] < 1
+    # Counted from the shapes, the GEMMs and SDPA cover the model's FLOPs (causal SDPA: half
+    # of attention's).
+    counted = sum(r["flops_per_step"] for r in profile["matmul"] + profile["sdpa"])
+    model = trainer.workload.flops_per_item(trainer.tuned.model) * trainer.items_per_step()
+    assert 0.85 < counted / model < 1.05
     assert len(trainer.records) == len(measured.losses)  # the profiled steps left no records
     trainer.close()

@@ -117,3 +117,44 @@ def test_profile_panel_snapshot(snap_compare):
         await pilot.pause(0.1)
 
     assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+
+
+def _gpu_profile_with_matmuls() -> dict:
+    """A GPU profile from activities laid out by hand: each step, 300 µs of bf16 gemms launched by
+    aten::mm (2·4096³ FLOPs each) and 700 µs of a norm, against the H200's bf16 peak."""
+    from tuner_tui.engine.profile import STEP_MARKER, Activity, summarize
+
+    activities = []
+    for step in range(3):
+        base = step * 1000
+        activities.append(Activity(f"{STEP_MARKER}{step}", "annotation", base, base + 1000, 1))
+        for i, (op, kernel, start, end, flops) in enumerate((
+                ("aten::mm", "nvjet_sm90_tst_256x128", 0, 300, 2 * 4096**3),
+                ("aten::native_layer_norm", "layer_norm_kernel", 300, 1000, 0.0))):
+            op_id = 10 * step + i + 1
+            activities += [
+                Activity(op, "op", base + i, base + i + 0.5, 1, id=op_id, flops=flops,
+                         dtype="c10::BFloat16"),
+                Activity(kernel, "kernel", base + start, base + end, 7, link=op_id)]
+    return summarize(activities, "cuda", peaks={"bf16": (989.4, "datasheet")},
+                     config={"precision": "bf16"})
+
+
+@async_test
+async def test_the_panel_shows_the_matmul_rate_against_its_peak_in_one_line():
+    from textual.app import App
+
+    from tuner_tui.app.widgets.profile_panel import ProfilePanel
+
+    profile = _gpu_profile_with_matmuls()
+
+    class PanelApp(App):
+        def compose(self):
+            yield ProfilePanel()
+
+    app = PanelApp()
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.query_one(ProfilePanel).show(2, "bf16", profile)
+        await pilot.pause()
+        lines = [line.strip() for line in screen_text(app).splitlines() if "TFLOP/s" in line]
+    assert lines == ["matmul: 458.1 TFLOP/s bf16 = 46% of peak"]

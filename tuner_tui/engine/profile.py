@@ -19,6 +19,8 @@ import re
 from collections import defaultdict
 from dataclasses import astuple, dataclass, field
 
+from tuner_tui.engine import matmul_flops
+
 CATEGORIES = ("matmul", "attention", "elementwise", "optimizer", "copy", "communication", "idle")
 """Shares of the step, in display order. elementwise holds norms, activations, reductions and
 every other kernel; attention holds SDPA/flash kernels and the attention softmax (manual
@@ -72,8 +74,11 @@ class Activity:
     link: int = 0
     """On a device activity or runtime call: the correlation id of the CPU op that launched it."""
     flops: float = 0.0
+    """A matmul or attention op's FLOPs, counted from its input shapes (`matmul_flops`)."""
     dtype: str = ""
     """The dtype of the op's first floating input (matmuls: for the peak to compare with)."""
+    profiler_flops: float = 0.0
+    """The profiler's own count for the same op where it has one (a cross-check), else 0."""
 
     @property
     def duration_us(self) -> float:
@@ -137,6 +142,7 @@ class _Ops:
             stack.append(i)
         self.by_id = {a.id: i for i, a in enumerate(self.items) if a.id}
         self._chains: dict[int, list[str]] = {}
+        self._counted: dict[int, int | None] = {}
 
     def chain(self, i: int) -> list[str]:
         if i not in self._chains:
@@ -146,6 +152,17 @@ class _Ops:
                 j = self.parent[j]
             self._chains[i] = names
         return self._chains[i]
+
+    def counted(self, i: int) -> int | None:
+        """The op whose counted FLOPs cover op i: the outermost matmul or attention op with
+        FLOPs among i and its enclosing ops (an inner one's work is part of it), or None."""
+        if i not in self._counted:
+            parent = self.parent[i]
+            outer = self.counted(parent) if parent is not None else None
+            a = self.items[i]
+            own = i if a.flops > 0 and matmul_flops.family(a.name) else None
+            self._counted[i] = outer if outer is not None else own
+        return self._counted[i]
 
     def own_intervals(self, i: int) -> list[tuple[float, float]]:
         """The op's interval less its children's: the time it spends itself."""
@@ -217,10 +234,9 @@ class _Window:
     """(start, end, category) of every activity."""
     named: list = field(default_factory=list)
     """(name, start, end, category), to rank the costliest."""
-    matmul_work: dict = field(default_factory=dict)
-    """Op index -> (FLOPs, dtype) of the matmul ops whose FLOPs are known."""
-    matmul_time: dict = field(default_factory=dict)
-    """Op index -> time of its matmul kernels (its own duration on the CPU), in µs."""
+    counted_time: dict = field(default_factory=dict)
+    """Op index -> time in µs of each op whose FLOPs are counted (`_Ops.counted`): its kernels'
+    and its inner ops' kernels' on a device, its duration on the CPU."""
     launches: int = 0
     kernels: int = 0
 
@@ -238,9 +254,9 @@ def _device_window(activities: list[Activity], ops: _Ops, step_of) -> _Window:
         cat = categorize(ops.chain(op) if op is not None else [], a.name, a.kind)
         w.spans.append((a.start_us, a.end_us, cat))
         w.named.append((a.name, a.start_us, a.end_us, cat))
-        if cat == "matmul" and op is not None and a.end_us > start and ops.items[op].flops > 0:
-            w.matmul_work[op] = (ops.items[op].flops, ops.items[op].dtype)
-            w.matmul_time[op] = w.matmul_time.get(op, 0.0) + a.duration_us
+        owner = ops.counted(op) if op is not None and a.kind == "kernel" else None
+        if owner is not None and a.end_us > start:
+            w.counted_time[owner] = w.counted_time.get(owner, 0.0) + a.duration_us
         w.kernels += a.kind == "kernel" and a.end_us > start
     w.launches = sum(1 for a in activities if a.kind == "runtime" and _LAUNCH.search(a.name)
                      and step_of(a.start_us) >= 1)
@@ -260,9 +276,8 @@ def _cpu_window(ops: _Ops, steps: list[Activity]) -> _Window:
             w.named.append((a.name, s, e, cat))
         inside = w.start <= a.start_us < w.end
         w.launches += inside and not any(ops.items[c].kind == "op" for c in ops.children[i])
-        if inside and a.flops > 0 and cat == "matmul":
-            w.matmul_work[i] = (a.flops, a.dtype)
-            w.matmul_time[i] = a.duration_us
+        if inside and ops.counted(i) == i:
+            w.counted_time[i] = a.duration_us
     return w
 
 
@@ -314,7 +329,10 @@ def summarize(
         "step_ms": profiled_step_ms,
         "measured_step_ms": measured_step_ms,
         "categories": {c: totals[c] / window for c in CATEGORIES},
-        "matmul": _matmul_rates(w.matmul_work, w.matmul_time, peaks or {}, float32),
+        "matmul": _flop_rates(ops, w.counted_time, matmul_flops.MATMUL, measured, peaks or {},
+                              float32),
+        "sdpa": _flop_rates(ops, w.counted_time, matmul_flops.ATTENTION, measured, peaks or {},
+                            float32),
         "launches_per_step": w.launches / measured,
         "kernels_per_step": w.kernels / measured if on_device else None,
         "top_kernels": _top(w.named, w.start, w.end, window),
@@ -324,25 +342,33 @@ def summarize(
     return profile
 
 
-def _matmul_rates(work: dict, time_us: dict, peaks: dict, float32: str) -> list[dict]:
-    """Achieved TFLOP/s of the matmuls per precision, over the kernels whose FLOPs are known."""
-    by_precision: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for op, (flops, dtype) in work.items():
-        p = _precision(dtype, float32)
-        by_precision[p][0] += flops
-        by_precision[p][1] += time_us.get(op, 0.0)
+def _flop_rates(ops: _Ops, time_us: dict, family: str, steps: int, peaks: dict,
+                float32: str) -> list[dict]:
+    """Achieved TFLOP/s per precision of the counted ops of `family` (`matmul_flops`): their
+    FLOPs from the shapes over their time, against the precision's peak where one is known;
+    the profiler's own FLOP count of the same ops beside it where it has one."""
+    by_precision: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for i, us in time_us.items():
+        a = ops.items[i]
+        if matmul_flops.family(a.name) == family:
+            totals = by_precision[_precision(a.dtype, float32)]
+            totals[0] += a.flops
+            totals[1] += us
+            totals[2] += a.profiler_flops
+    total_us = sum(us for _, us, _ in by_precision.values())
     rates = []
-    for p, (flops, us) in sorted(by_precision.items(), key=lambda kv: -kv[1][1]):
+    for p, (flops, us, profiler_flops) in sorted(by_precision.items(), key=lambda kv: -kv[1][1]):
         if us <= 0:
             continue
         tflops = flops / (us * 1e-6) / 1e12
         peak, source = peaks.get(p, (None, ""))
-        rates.append({"precision": p, "tflops": tflops, "peak_tflops": peak,
-                      "of_peak": tflops / peak if peak else None, "peak_source": source,
-                      "share_of_matmul_time": None})
-    total = sum(by_precision[r["precision"]][1] for r in rates)
-    for r in rates:
-        r["share_of_matmul_time"] = by_precision[r["precision"]][1] / total if total else None
+        rates.append({
+            "precision": p, "tflops": tflops, "peak_tflops": peak,
+            "of_peak": tflops / peak if peak else None, "peak_source": source,
+            "share_of_time": us / total_us, "flops_per_step": flops / steps,
+            "ms_per_step": us / steps / 1e3,
+            "profiler_flops_per_step": profiler_flops / steps if profiler_flops else None,
+        })
     return rates
 
 
@@ -364,6 +390,28 @@ def _top(named: list, start: float, end: float, window: float, n: int = 5) -> li
 def flop_rate(tflops: float) -> str:
     """12.3 TFLOP/s, or 45.6 GFLOP/s below one TFLOP/s (the CPU's tiny models)."""
     return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
+
+
+def flop_line(profile: dict) -> str | None:
+    """The achieved rate of the matmuls (and of SDPA) per precision against its peak, in one
+    line: "matmul: 412.3 TFLOP/s bf16 = 42% of peak; SDPA: 180.2 TFLOP/s bf16 = 18% of peak".
+    None where the step has neither."""
+    cpu = profile["timeline"] == "CPU"
+
+    def rate(r: dict) -> str:
+        text = f"{flop_rate(r['tflops'])} {r['precision']}"
+        if r["of_peak"] is not None:
+            return f"{text} = {r['of_peak']:.0%} of peak"
+        return text if cpu else f"{text} (no {r['precision']} peak known)"
+
+    parts = [f"{title}: " + ", ".join(rate(r) for r in profile[key])
+             for key, title in (("matmul", "matmul"), ("sdpa", "SDPA")) if profile.get(key)]
+    if cpu and parts:
+        parts[-1] += " (no peak on the CPU)"
+    if not profile.get("matmul") and profile["categories"]["matmul"] >= 0.01:
+        # CUDA graphs replay kernels without their ops; Triton matmuls have no aten op.
+        parts.insert(0, "matmul: TFLOP/s unknown (its kernels ran without a matmul op to count)")
+    return "; ".join(parts) or None
 
 
 # -- the verdict -----------------------------------------------------------------------------------
@@ -447,22 +495,19 @@ def suggestions(bottleneck: str, config: dict, gpu: bool = True) -> list[str]:
 
 
 def describe(profile: dict, width: int = 100) -> list[str]:
-    """Lines for a terminal: the shares, the matmul rate, the verdict and what to try."""
+    """Lines for a terminal: the shares, the matmul rates, the verdict and what to try."""
     c = profile["categories"]
     shares = ", ".join(f"{CATEGORY_NAMES[k]} {c[k]:.0%}" for k in CATEGORIES if c[k] >= 0.005)
     lines = [f"{profile['timeline']} time: {shares}"]
     facts = [f"{profile['launches_per_step']:,.0f} "
              + ("launches" if profile["timeline"] == "GPU" else "ops") + "/step"]
-    for r in profile.get("matmul") or []:
-        rate = f"{r['precision']} matmuls {flop_rate(r['tflops'])}"
-        if r["of_peak"] is not None:
-            rate += f" ({r['of_peak']:.0%} of {r['peak_tflops']:g})"
-        facts.append(rate)
     counts = profile.get("compile") or {}
     if counts.get("graphs"):
         facts.append(f"compile: {counts['graphs']} graphs, {counts.get('graph_breaks', 0)} breaks, "
                      f"{counts.get('recompiles', 0)} recompiles")
     lines.append("; ".join(facts))
+    if rates := flop_line(profile):
+        lines.append(rates)
     lines.append(f"bottleneck: {profile['bottleneck']}: {profile['evidence']}")
     for s in profile["suggestions"]:
         lines.append(f"  try {s}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from tuner_tui.engine import matmul_flops
 from tuner_tui.engine import profile as analysis
 from tuner_tui.engine.mfu import PEAK_TFLOPS
 from tuner_tui.engine.profile import STEP_MARKER, Activity
@@ -73,25 +74,60 @@ def _kind(e) -> str | None:
     return "op"
 
 
-def activities_of(events) -> list[Activity]:
-    """The profiler's FunctionEvents as plain records."""
+def raw_details(prof) -> tuple[dict, dict]:
+    """From the profiler's raw (Kineto) events, which carry them in every torch version (its
+    FunctionEvents lack links and dtypes before torch 2.12): (counted, links). counted: op id ->
+    (FLOPs from the input shapes, the dtype of its first floating input) for the operators
+    `matmul_flops` counts; links: the correlation id of a kernel, copy or runtime call -> the id
+    of the op that launched it."""
+    counted, links = {}, {}
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return counted, links
+    for k in results.events():
+        linked = k.linked_correlation_id()
+        if linked > 0:
+            links[k.correlation_id()] = linked
+            continue
+        name = k.name()
+        if matmul_flops.family(name) is None:
+            continue
+        scalars = list(k.concrete_inputs()) if hasattr(k, "concrete_inputs") else []
+        flops = matmul_flops.op_flops(name, k.shapes(), scalars)
+        if flops > 0:
+            dtype = next((d for d in k.dtypes() if "float" in d.lower() or "half" in d.lower()), "")
+            counted[k.correlation_id()] = (flops, dtype)
+    return counted, links
+
+
+def activities_of(events, counted: dict | None = None, links: dict | None = None) -> list[Activity]:
+    """The profiler's FunctionEvents as plain records; `counted` and `links` from `raw_details`
+    (where left out, the FunctionEvents' own links are used, from torch 2.12 on)."""
+    counted = counted or {}
+    links = links or {}
     found = []
     for e in events:
         kind = _kind(e)
         if kind is None:
             continue
         device = kind in analysis.DEVICE_KINDS
-        dtype = next((d for d in (getattr(e, "input_dtypes", None) or ())
-                      if "float" in d.lower() or "half" in d.lower()), "")
+        is_op = kind in ("op", "annotation")
+        flops, dtype = counted.get(int(e.id), (0.0, "")) if kind == "op" else (0.0, "")
+        link = 0 if is_op else links.get(int(e.id), 0) or int(
+            getattr(e, "linked_correlation_id", 0) or 0)
         found.append(Activity(
             name=e.name, kind=kind, start_us=float(e.time_range.start),
             end_us=float(e.time_range.end),
             track=int(getattr(e, "device_resource_id", 0) or 0) if device else int(e.thread),
-            id=int(e.id) if kind in ("op", "annotation") else 0,
-            link=int(getattr(e, "linked_correlation_id", 0) or 0),
-            flops=float(getattr(e, "flops", 0) or 0), dtype=dtype,
+            id=int(e.id) if is_op else 0, link=link, flops=flops, dtype=dtype,
+            profiler_flops=float(getattr(e, "flops", 0) or 0) if flops else 0.0,
         ))
     return found
+
+
+def activities_of_profile(prof) -> list[Activity]:
+    """The activities of a finished torch.profiler run."""
+    return activities_of(prof.events(), *raw_details(prof))
 
 
 def peaks_for(trainer) -> dict[str, tuple[float, str]]:
@@ -159,7 +195,7 @@ def capture(trainer, steps: int = PROFILE_STEPS, trace_path: str | None = None) 
         path = Path(trace_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
-    return activities_of(prof.events())
+    return activities_of_profile(prof)
 
 
 def profile_trainer(

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tuner_tui.app.widgets.bars import bar
-from tuner_tui.engine.profile import CATEGORIES, CATEGORY_NAMES, flop_rate
+from tuner_tui.engine.profile import CATEGORIES, CATEGORY_NAMES, flop_line
 
 BAR_WIDTH = 14
 CATEGORY_STYLE = {
@@ -38,10 +38,6 @@ def facts(profile: dict) -> Text:
     unit = "launches" if profile["timeline"] == "GPU" else "ops"
     text.append(f"{profile['step_ms']:.1f} ms profiled step, "
                 f"{profile['launches_per_step']:,.0f} {unit}/step", style="dim")
-    for rate in profile.get("matmul") or []:
-        text.append(f"\n{rate['precision']} matmuls {flop_rate(rate['tflops'])}", style="dim")
-        if rate["of_peak"] is not None:
-            text.append(f" ({rate['of_peak']:.0%} of {rate['peak_tflops']:g})", style="dim")
     counts = profile.get("compile") or {}
     if counts.get("graphs"):
         text.append(f"\ncompile: {counts['graphs']} graphs, {counts.get('graph_breaks', 0)} "
@@ -99,6 +95,8 @@ class ProfilePanel(Static):
             body = Group(category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
                          facts(profile), verdict(profile))
         parts = [body, top_kernels(profile, max(20, width - 8))]
+        if rates := flop_line(profile):  # full width: with SDPA or two precisions it is long
+            parts.insert(1, Text(rates, style="dim", no_wrap=True, overflow="ellipsis"))
         if profile.get("trace"):
             parts.append(Text(f"trace: {profile['trace']}", style="dim"))
         self.update(Group(*parts))
