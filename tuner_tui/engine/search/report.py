@@ -58,8 +58,10 @@ class SearchOutcome:
 
 
 def is_fp32_eager(r: TrialResult) -> bool:
+    """fp32 eager; on several devices, under either data parallel mode (a group search's
+    baseline is its first mode's fp32 eager run)."""
     changed = TuneConfig.from_dict(r.config).changed()
-    return set(changed) <= {"batch_size", "grad_clip"}
+    return set(changed) <= {"batch_size", "grad_clip", "devices", *PARALLEL_KEYS}
 
 
 def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) -> TrialResult | None:
