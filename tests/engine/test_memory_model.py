@@ -6,13 +6,14 @@ import dataclasses
 
 import pytest
 
-from strategies.config import TuneConfig
+from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui import format as fmt
 from tuner_tui.engine.search import (
     History, SearchOutcome, StagedSearch, default_space, explain, report,
 )
+from tuner_tui.engine.search.driver import check_devices
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, data_parallel_bytes, estimate, fixed_bytes, micro_batch, parameter_count,
     static_parts,
@@ -319,3 +320,27 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
     assert f"Memory budget: {fmt.gib(budget)} per GPU (each rank's peak counts against it; " \
            "2 GPUs)" in text
     assert "Recommended global batch 8 = 4 per GPU x 1 accumulation step x 2 GPUs" in text
+
+
+def test_several_devices_put_ddp_fsdp2_and_their_knobs_in_the_space():
+    assert "parallel" not in dict(default_space(CPU, 8).choices)  # one device: nothing new
+    space = default_space(CPU, 8, fixed={"devices": 2})
+    assert (space.values("parallel"), space.values("fsdp_reshard"),
+            space.values("ddp_bucket_mb")) == (("ddp", "fsdp2"), (True, False), (25, 100))
+    assert space.devices == 2 and space.start().label() == "fp32 + ddp x2"
+    # The micro-batch halves each rank's share (4 of batch 8), not the whole batch.
+    assert space.micro_batches(space.start()) == [0, 2, 1]
+    assert space.canonical(space.start().replace(micro_batch_size=4)).micro_batch_size == 0
+    # A knob of the other mode does nothing: the same run.
+    fsdp2 = space.start().replace(parallel="fsdp2")
+    assert space.canonical(fsdp2.replace(ddp_bucket_mb=100)) == fsdp2
+    assert space.contains(space.canonical(fsdp2.replace(ddp_bucket_mb=100, fsdp_reshard=False)))
+    # Sharding is in every rung of the fit ladder, first alone.
+    ladder = StagedSearch(space).fit_ladder()
+    assert ladder[0] == fsdp2 and all(c.parallel == "fsdp2" for c in ladder)
+    # A mode the user holds brings only its own knob.
+    held = default_space(CPU, 8, fixed={"devices": 2, "parallel": "fsdp2"})
+    assert "ddp_bucket_mb" not in dict(held.choices) and held.values("fsdp_reshard") == (True, False)
+    with pytest.raises(ConfigError, match="devices = 2 but this machine has 1 GPU"):
+        check_devices(2, "cuda", {"gpu_count": 1})
+    check_devices(2, "cpu", {"gpu_count": 0})  # processes on the CPU
