@@ -212,7 +212,8 @@ def test_tune_chooses_between_ddp_and_fsdp2_under_a_per_process_budget(gputune, 
     assert top["config"]["devices"] == 2 and doc["memory_budget_per_device"] is True
     mode, other = top["config"]["parallel"], {"ddp": "fsdp2", "fsdp2": "ddp"}[
         top["config"]["parallel"]]
-    assert f"{mode} x2 won: " in doc["reason"] and f"at the same options {other} x2 " in doc["reason"]
+    assert f"{mode} x2 won: " in doc["reason"]
+    assert f"at the same options {other} x2 " in doc["reason"]
     assert "global batch 8 = 4 per process x 1 accumulation step x 2 processes" in doc["reason"]
     assert "Memory budget: 4.00 GiB per process (each rank's peak counts against it; " \
            "2 processes)" in proc.stdout

@@ -284,7 +284,7 @@ def test_where_both_fit_the_faster_mode_and_knob_win(speeds, winner):
     space = default_space(CPU, 8, fixed={**GROUP, "precision": "fp32", "weights": "fp32",
                                          "optimizer_state": "fp32"})
     peak, speed = _group_device(speeds)
-    strategy, history, tried = _simulate(space, 64 * N, peak, speed)
+    _, history, tried = _simulate(space, 64 * N, peak, speed)
     best = history.best()
     assert (best.config["parallel"], best.config["fsdp_reshard"],
             best.config["ddp_bucket_mb"]) == winner
@@ -301,7 +301,7 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
     peak, speed = _group_device({("ddp", 25): 120, ("ddp", 100): 125, ("fsdp2", True): 100,
                                  ("fsdp2", False): 110})
     budget = 13 * N
-    strategy, history, tried = _simulate(space, budget, peak, speed)
+    _, history, _ = _simulate(space, budget, peak, speed)
     results = [dataclasses.replace(r, batch_size=8, loss_max_rel_error=1e-6, loss_tolerance=0.01)
                for r in history.all()]
     eligible = [r for r in results if r.status == "ok" and r.peak_memory_bytes <= budget]
@@ -340,7 +340,8 @@ def test_several_devices_put_ddp_fsdp2_and_their_knobs_in_the_space():
     assert ladder[0] == fsdp2 and all(c.parallel == "fsdp2" for c in ladder)
     # A mode the user holds brings only its own knob.
     held = default_space(CPU, 8, fixed={"devices": 2, "parallel": "fsdp2"})
-    assert "ddp_bucket_mb" not in dict(held.choices) and held.values("fsdp_reshard") == (True, False)
+    assert "ddp_bucket_mb" not in dict(held.choices)
+    assert held.values("fsdp_reshard") == (True, False)
     with pytest.raises(ConfigError, match="devices = 2 but this machine has 1 GPU"):
         check_devices(2, "cuda", {"gpu_count": 1})
     check_devices(2, "cpu", {"gpu_count": 0})  # processes on the CPU

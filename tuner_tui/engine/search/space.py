@@ -230,15 +230,15 @@ def default_space(
 def parallel_choices(fixed: dict, choices: dict) -> dict[str, tuple]:
     """The data parallel options to search by default: DDP against FSDP2 where the user asks
     for several devices and leaves the mode open, and the knobs of each mode in play."""
-    devices = fixed.get("devices", default_value("devices"))
+    found: dict[str, tuple] = {}
     if "parallel" in fixed:
         modes = (fixed["parallel"],)
     elif "parallel" in choices:
         modes = tuple(choices["parallel"])
+    elif fixed.get("devices", default_value("devices")) > 1:
+        modes = found["parallel"] = PARALLEL_CHOICES["parallel"]
     else:
-        modes = PARALLEL_CHOICES["parallel"] if devices > 1 else ("none",)
-    found = {} if "parallel" in fixed or "parallel" in choices or devices == 1 else {
-        "parallel": modes}
+        modes = ("none",)
     for knob, mode in PARALLEL_KNOBS.items():
         if mode in modes and knob in PARALLEL_CHOICES and knob not in fixed:
             found[knob] = PARALLEL_CHOICES[knob]
