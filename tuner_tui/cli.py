@@ -133,7 +133,8 @@ def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
 def add_tune_parser(sub) -> None:
     tune = sub.add_parser("tune", help="search for the fastest configuration, headless",
                           description="Search precision, attention, compile mode, optimizer, fused "
-                          "kernels, checkpointing and batch size for the fastest configuration "
+                          "kernels, checkpointing and batch size (with --set devices=N, also DDP "
+                          "against FSDP2) for the fastest configuration "
                           "whose loss matches the fp32 reference, each trial in a fresh process; "
                           "print the ranking and the throughput/memory Pareto front, and export "
                           "the winner.")
@@ -148,9 +149,10 @@ def add_tune_parser(sub) -> None:
                       help="an exported configuration to measure first, side by side, such as "
                            "the one you train with now (repeatable); the report gives the "
                            "recommendation's speed against it")
-    tune.add_argument("--max-memory", metavar="SIZE", help="memory budget, e.g. 40GiB: trials "
-                      "estimated to need more are skipped (default: the GPU's memory; on the "
-                      "CPU, the available RAM)")
+    tune.add_argument("--max-memory", metavar="SIZE", help="memory budget per GPU, e.g. 40GiB: "
+                      "with devices > 1 each rank's peak counts against it; trials estimated to "
+                      "need more are skipped (default: the GPU's memory; on the CPU, the "
+                      "available RAM, shared by the processes)")
     tune.add_argument("--budget-minutes", type=float, default=10.0, metavar="M",
                       help="start no trial after this many minutes (default 10; 0: no limit)")
     tune.add_argument("--steps", type=int, default=20, help="measured steps per trial (default 20)")

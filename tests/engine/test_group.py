@@ -179,3 +179,44 @@ def test_bad_group_options_are_refused_in_one_line_before_any_worker(gputune, ar
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and all(w in lines[0] for w in words), proc.stderr
     assert "starting worker" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_tune_chooses_between_ddp_and_fsdp2_under_a_per_process_budget(gputune, tmp_path):
+    """`gputune tune --set devices=2 --search parallel=ddp,fsdp2` on gloo: both modes measured
+    as groups against one process's fp32 reference, the sharding seen in each rank's memory, a
+    recommendation with the budget per process, the global batch and why its mode won."""
+    out, js = tmp_path / "best.toml", tmp_path / "tune.json"
+    held = ["precision=fp32", "weights=fp32", "optimizer_state=fp32", "compile_mode=off",
+            "attention=sdpa", "optimizer=plain", "checkpointing=off", "micro_batch_size=0",
+            "fsdp_reshard=true", "ddp_bucket_mb=25"]
+    proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--set", "devices=2",
+                   "--search", "parallel=ddp,fsdp2", *[a for h in held for a in ("--set", h)],
+                   "--steps", "2", "--warmup", "1", "--remeasure", "0", "--budget-minutes", "5",
+                   "--max-memory", "4GiB", "--out", str(out), "--json", str(js))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "memory budget 4.00 GiB per process" in proc.stdout
+    doc = json.loads(js.read_text())
+    groups = {r["config"]["parallel"]: r for r in doc["results"] if r["config"]["devices"] == 2}
+    assert set(groups) == {"ddp", "fsdp2"}
+    for row in groups.values():
+        assert row["status"] == "ok" and row["loss_ok"] is True, row
+    # Each rank of FSDP2 holds about half the parameters a rank of DDP holds (padding aside),
+    # as the estimate made before FSDP2 ran (from the runs before it) said.
+    fsdp2, ddp = groups["fsdp2"], groups["ddp"]
+    ratio = fsdp2["memory_parts"]["parameters"] / ddp["memory_parts"]["parameters"]
+    assert 0.45 < ratio < 0.6, ratio
+    estimated = fsdp2["memory_estimate"]
+    assert estimated["parameters"] == pytest.approx(fsdp2["memory_parts"]["parameters"], rel=0.1)
+    assert estimated["optimizer_state"] == 2 * estimated["parameters"]
+    assert estimated["data_parallel"] == 0
+    top = doc["recommendation"]
+    assert top["config"]["devices"] == 2 and doc["memory_budget_per_device"] is True
+    mode, other = top["config"]["parallel"], {"ddp": "fsdp2", "fsdp2": "ddp"}[
+        top["config"]["parallel"]]
+    assert f"{mode} x2 won: " in doc["reason"]
+    assert f"at the same options {other} x2 " in doc["reason"]
+    assert "global batch 8 = 4 per process x 1 accumulation step x 2 processes" in doc["reason"]
+    assert "Memory budget: 4.00 GiB per process (each rank's peak counts against it; " \
+           "2 processes)" in proc.stdout
+    assert f"exported {top['label']}" in proc.stdout

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from strategies.config import TuneConfig
+from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine.protocol import TrialResult
-from tuner_tui.engine.search import History, StagedSearch, default_space
+from tuner_tui import format as fmt
+from tuner_tui.engine.search import (
+    History, SearchOutcome, StagedSearch, default_space, explain, report,
+)
+from tuner_tui.engine.search.driver import check_devices
 from tuner_tui.engine.search.memory import (
-    SKIP_MARGIN, estimate, parameter_count, static_parts,
+    SKIP_MARGIN, data_parallel_bytes, estimate, fixed_bytes, micro_batch, parameter_count,
+    static_parts,
 )
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
@@ -179,3 +186,162 @@ def test_an_estimate_skips_only_what_is_clearly_over_the_budget(over):
     budget = int((static + 80 * MiB) / over)
     guess = estimate(bf16.replace(micro_batch_size=8), measured, 8)
     assert (guess.total > budget * SKIP_MARGIN) is (over > SKIP_MARGIN)
+
+
+# -- several devices: DDP against FSDP2 under a per-GPU budget -----------------------------------
+
+
+def test_fsdp2_divides_parameters_gradients_and_state_by_the_devices_and_ddp_adds_buckets():
+    ddp = TuneConfig.from_dict({"parallel": "ddp", "devices": 2, "batch_size": 8})
+    assert static_parts(ddp, N) == (4 * N, 4 * N, 8 * N)  # every rank holds it all
+    assert data_parallel_bytes(ddp, N) == 4 * N  # the all-reduce buckets: the gradients again
+    assert data_parallel_bytes(ddp.replace(ddp_bucket_view=True), N) == 0
+    fsdp2 = ddp.replace(parallel="fsdp2")
+    assert static_parts(fsdp2, N) == (2 * N, 2 * N, 4 * N)
+    assert static_parts(fsdp2.replace(devices=4, batch_size=16), N) == (N, N, 2 * N)
+    assert data_parallel_bytes(fsdp2, N) == 0
+    # Without resharding, every block's gathered parameters stay from forward to backward, in
+    # the dtype FSDP2 gathers: the autocast dtype, else the weights'.
+    assert data_parallel_bytes(fsdp2.replace(fsdp_reshard=False), N) == 4 * N
+    assert data_parallel_bytes(fsdp2.replace(fsdp_reshard=False, precision="bf16"), N) == 2 * N
+    # Activations scale with each rank's own samples; the parameter count is read back whole
+    # from one rank's shard.
+    assert micro_batch(fsdp2, default_batch=8) == 4
+    assert micro_batch(fsdp2.replace(micro_batch_size=2), 8) == 2
+    assert parameter_count([_row(fsdp2, 100 * MiB)]) == N
+
+
+def test_the_estimate_of_fsdp2_from_a_measured_ddp_run_shards_only_the_static_parts():
+    ddp = TuneConfig.from_dict({"parallel": "ddp", "devices": 2, "batch_size": 8})
+    measured = [_row(ddp, fixed_bytes(ddp, N) + 4 * 10 * MiB)]  # 10 MiB for each of 4 samples
+    found = estimate(ddp.replace(parallel="fsdp2"), measured, default_batch=8)
+    assert (found.parameters, found.gradients, found.optimizer_state) == (2 * N, 2 * N, 4 * N)
+    assert found.activations == 40 * MiB and found.data_parallel == 0 and found.certain
+    assert found.total == 8 * N + 40 * MiB
+    # From one process's run of the whole batch: each rank holds half its activations.
+    one = TuneConfig.from_dict({"batch_size": 8})
+    found = estimate(ddp, [_row(one, fixed_bytes(one, N) + 8 * 10 * MiB)], 8)
+    assert found.activations == 40 * MiB and found.data_parallel == 4 * N
+    assert found.to_dict()["total"] == found.total == 20 * N + 40 * MiB
+
+
+GROUP = {"devices": 2, "attention": "sdpa", "compile_mode": "off", "optimizer": "plain",
+         "checkpointing": "off", "micro_batch_size": 0, "fused_kernels": (), "fp8": "off"}
+
+
+def _group_device(speeds: dict):
+    """A pretend pair of GPUs: what each rank holds by the same rules as torch (FSDP2 shards the
+    static parts, DDP holds them whole plus buckets as large as the gradients, FSDP2 without
+    resharding keeps the gathered parameters), 10 MiB of activations per sample per rank; the
+    speed of each mode and knob from `speeds`."""
+
+    def peak(c):
+        bytes_per = {"fp32": 4, "bf16": 2}[c.weights]
+        state = {"fp32": 8, "bf16": 4, "8bit": 2}[c.optimizer_state]
+        whole = N * (2 * bytes_per + state)
+        if c.parallel == "ddp":
+            held = whole + N * bytes_per
+        else:
+            held = whole // c.devices + (0 if c.fsdp_reshard else N * 4)
+        return held + 10 * MiB * micro_batch(c, 8) * (1.0 if c.precision == "fp32" else 0.6)
+
+    def speed(c):
+        key = (c.parallel, c.fsdp_reshard if c.parallel == "fsdp2" else c.ddp_bucket_mb)
+        return speeds[key] * (2 if c.precision == "bf16" else 1)
+
+    return peak, speed
+
+
+def test_where_only_fsdp2_fits_the_per_gpu_budget_the_search_shards_first():
+    fixed = {**GROUP, "precision": "fp32", "weights": "fp32", "optimizer_state": "fp32"}
+    space = default_space(CPU, 8, fixed=fixed)
+    assert space.values("parallel") == ("ddp", "fsdp2") and space.start().parallel == "ddp"
+    peak, speed = _group_device({("ddp", 25): 120, ("ddp", 100): 125, ("fsdp2", True): 100,
+                                 ("fsdp2", False): 110})
+    budget = 13 * N  # a rank of FSDP2 (8N + 40 MiB) fits; DDP (20N + ..) and no reshard not
+    strategy, history, tried = _simulate(space, budget, peak, speed)
+    baseline = history.get(space.start())
+    assert baseline.peak_memory_bytes > budget  # measured: nothing was known before it
+    sharded = space.start().replace(parallel="fsdp2")
+    assert strategy.fit_ladder()[0] == sharded and tried[1] == sharded  # the first lever
+    best = history.best()
+    assert best.config["parallel"] == "fsdp2" and best.config["fsdp_reshard"] is True
+    assert best.peak_memory_bytes <= budget
+    # FSDP2 without resharding keeps 4N more per rank: skipped by its estimate, never run;
+    # DDP's buckets are not tried around an FSDP2 incumbent.
+    no_reshard = history.get(sharded.replace(fsdp_reshard=False))
+    assert no_reshard.status == "skipped" and sharded.replace(fsdp_reshard=False) not in tried
+    assert not any(c.parallel == "ddp" and c.ddp_bucket_mb != 25 for c in tried)
+
+
+@pytest.mark.parametrize("speeds, winner", [
+    ({("ddp", 25): 100, ("ddp", 100): 104, ("fsdp2", True): 105, ("fsdp2", False): 112},
+     ("fsdp2", False, 25)),
+    ({("ddp", 25): 120, ("ddp", 100): 126, ("fsdp2", True): 105, ("fsdp2", False): 112},
+     ("ddp", True, 100)),
+])
+def test_where_both_fit_the_faster_mode_and_knob_win(speeds, winner):
+    space = default_space(CPU, 8, fixed={**GROUP, "precision": "fp32", "weights": "fp32",
+                                         "optimizer_state": "fp32"})
+    peak, speed = _group_device(speeds)
+    _, history, tried = _simulate(space, 64 * N, peak, speed)
+    best = history.best()
+    assert (best.config["parallel"], best.config["fsdp_reshard"],
+            best.config["ddp_bucket_mb"]) == winner
+    # One round of the modes (FSDP2 with each resharding choice), then DDP's bucket size only
+    # where DDP won it.
+    modes = [(c.parallel, c.fsdp_reshard) for c in tried if c.ddp_bucket_mb == 25]
+    assert modes == [("ddp", True), ("fsdp2", True), ("fsdp2", False)]
+    assert any(c.ddp_bucket_mb == 100 for c in tried) is (winner[0] == "ddp")
+
+
+def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won():
+    fixed = {**GROUP, "precision": "fp32", "weights": "fp32", "optimizer_state": "fp32"}
+    space = default_space(GPU, 8, fixed=fixed)
+    peak, speed = _group_device({("ddp", 25): 120, ("ddp", 100): 125, ("fsdp2", True): 100,
+                                 ("fsdp2", False): 110})
+    budget = 13 * N
+    _, history, _ = _simulate(space, budget, peak, speed)
+    results = [dataclasses.replace(r, batch_size=8, loss_max_rel_error=1e-6, loss_tolerance=0.01)
+               for r in history.all()]
+    eligible = [r for r in results if r.status == "ok" and r.peak_memory_bytes <= budget]
+    outcome = SearchOutcome(
+        results=results, ranked=eligible, eligible=len(eligible), front=eligible,
+        recommendation=eligible[0], reason="", environment={"device": "cuda"}, workload={},
+        workload_key="", space=space, budget_bytes=budget)
+    reason = explain(outcome)
+    assert reason.startswith("fastest of 1 configuration that ran")
+    assert "fsdp2 x2 won: 100 tokens/s" in reason
+    assert "ddp x2 peaked at" in reason and "per GPU, over the budget" in reason
+    assert "fsdp2 x2 (no reshard) skipped" in reason
+    assert "global batch 8 = 4 per GPU x 1 accumulation step x 2 GPUs" in reason
+    outcome.reason = reason
+    text = report(outcome)
+    assert f"Memory budget: {fmt.gib(budget)} per GPU (each rank's peak counts against it; " \
+           "2 GPUs)" in text
+    assert "Recommended global batch 8 = 4 per GPU x 1 accumulation step x 2 GPUs" in text
+
+
+def test_several_devices_put_ddp_fsdp2_and_their_knobs_in_the_space():
+    assert "parallel" not in dict(default_space(CPU, 8).choices)  # one device: nothing new
+    space = default_space(CPU, 8, fixed={"devices": 2})
+    assert (space.values("parallel"), space.values("fsdp_reshard"),
+            space.values("ddp_bucket_mb")) == (("ddp", "fsdp2"), (True, False), (25, 100))
+    assert space.devices == 2 and space.start().label() == "fp32 + ddp x2"
+    # The micro-batch halves each rank's share (4 of batch 8), not the whole batch.
+    assert space.micro_batches(space.start()) == [0, 2, 1]
+    assert space.canonical(space.start().replace(micro_batch_size=4)).micro_batch_size == 0
+    # A knob of the other mode does nothing: the same run.
+    fsdp2 = space.start().replace(parallel="fsdp2")
+    assert space.canonical(fsdp2.replace(ddp_bucket_mb=100)) == fsdp2
+    assert space.contains(space.canonical(fsdp2.replace(ddp_bucket_mb=100, fsdp_reshard=False)))
+    # Sharding is in every rung of the fit ladder, first alone.
+    ladder = StagedSearch(space).fit_ladder()
+    assert ladder[0] == fsdp2 and all(c.parallel == "fsdp2" for c in ladder)
+    # A mode the user holds brings only its own knob.
+    held = default_space(CPU, 8, fixed={"devices": 2, "parallel": "fsdp2"})
+    assert "ddp_bucket_mb" not in dict(held.choices)
+    assert held.values("fsdp_reshard") == (True, False)
+    with pytest.raises(ConfigError, match="devices = 2 but this machine has 1 GPU"):
+        check_devices(2, "cuda", {"gpu_count": 1})
+    check_devices(2, "cpu", {"gpu_count": 0})  # processes on the CPU

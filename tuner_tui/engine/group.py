@@ -289,6 +289,10 @@ class GroupTrainer(Trainer):
                 self.group.call("close", timeout=CLOSE_TIMEOUT_S)
 
     def _combine(self, answers: list[dict]) -> list[StepRecord]:
+        # Per device, as the peak: the largest rank's (FSDP2's shards differ by their padding).
+        parts = [a["memory_parts"] for a in answers if a.get("memory_parts")]
+        if parts:
+            self.memory_parts = {k: max(p[k] for p in parts) for k in parts[0]}
         for rank, answer in enumerate(answers):
             self.rank_reserved[rank] = answer["peak_reserved_bytes"]
             for values in answer["records"]:

@@ -161,7 +161,8 @@ class Rank:
         import torch
 
         reserved = torch.cuda.max_memory_reserved() if self.spec.device == "cuda" else None
-        return {"records": [astuple(r) for r in records], "peak_reserved_bytes": reserved}
+        return {"records": [astuple(r) for r in records], "peak_reserved_bytes": reserved,
+                "memory_parts": self.trainer.memory_parts}
 
     def _inject_fault(self, step: int) -> None:
         """Test hook (WorkerSpec.fault_injection = "rank:R:KIND:STEP"): rank R fails at step

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
-from strategies.config import TuneConfig
+from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
 from tuner_tui.engine.protocol import WorkerSpec
@@ -42,7 +42,7 @@ from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, checkpoint_ratios, estimate, estimate_peak, measured_peak, micro_batch,
     pareto_front,
 )
-from tuner_tui.engine.search.report import SearchOutcome, explain
+from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
 from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
 from tuner_tui.engine.paths import compile_cache_environ
@@ -132,13 +132,17 @@ class Search:
                 self.caps, self.default_batch, self.plan.fixed, self.plan.choices
             )
             self.space.start().check_runnable(self.caps)
+            check_devices(self.space.devices, self.caps.device, self.environment)
+            # Per device: with several, each rank's peak counts against the budget.
             self.budget_bytes = (
-                self.plan.max_memory_bytes or default_memory_budget(self.environment)
+                self.plan.max_memory_bytes
+                or default_memory_budget(self.environment, self.space.devices)
             )
             self.history = History(self.space, self.budget_bytes)
             self.strategy = self.make_strategy(self.space)
             print(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
+                  + budget_scope(self.caps.device, self.space.devices)
                   + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
                   + ")", file=self.out, flush=True)
             for config in self.plan.compare:
@@ -198,7 +202,8 @@ class Search:
                 batch_size=config.batch_size or self.default_batch,
                 memory_estimate=estimated.to_dict(),
                 message=f"estimated peak {fmt.gib(estimated.total)} > memory budget "
-                        f"{fmt.gib(limit)} by more than {SKIP_MARGIN - 1:.0%}",
+                        f"{fmt.gib(limit)}{budget_scope(self.caps.device, config.devices)} by "
+                        f"more than {SKIP_MARGIN - 1:.0%}",
             )
             self._begin(config)
             self.progress.end(f"skipped: {result.message}")
@@ -361,9 +366,18 @@ def _compile_note(result: TrialResult) -> str:
 
 
 
-def default_memory_budget(environment: dict) -> int:
+def default_memory_budget(environment: dict, devices: int = 1) -> int:
+    """One GPU's memory; on the CPU the available RAM, shared by the group's processes."""
     if environment.get("gpu_memory_bytes"):
         return int(environment["gpu_memory_bytes"])
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    return int(psutil.virtual_memory().available) // devices
+
+
+def check_devices(devices: int, device: str, environment: dict) -> None:
+    """Refuse more GPUs than the machine has, before any trial."""
+    count = environment.get("gpu_count") or 0
+    if device == "cuda" and devices > count:
+        raise ConfigError(f"devices = {devices} but this machine has {count} GPU(s): allowed "
+                          f"devices are 1 to {count}")

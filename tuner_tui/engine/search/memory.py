@@ -1,5 +1,9 @@
 """Memory: what a trial's peak counts as, the estimate of a configuration's peak from the trials
-measured so far, the throughput/memory Pareto front, and memory sizes the user types. Torch-free."""
+measured so far, the throughput/memory Pareto front, and memory sizes the user types. Torch-free.
+
+Everything here is per device: with devices > 1 a trial's peak is its largest rank's, and the
+estimate is what one rank holds (FSDP2 shards parameters, gradients and optimizer state; each
+rank's activations are those of its own micro-batch)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ STATE_BYTES = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}
 """Bytes per parameter of AdamW's two moments on the training device, by `optimizer_state`
 (8-bit adds a scale per block of 256, under 1%; offload keeps them in host memory)."""
 
+COMPUTE_BYTES = {"bf16": 2, "fp16": 2}
+"""Bytes per parameter FSDP2 gathers in, by precision (its mixed precision policy); fp32 and tf32
+gather fp32, bf16 weights gather bf16 (`strategies.data_parallel.mixed_precision_policy`)."""
+
 SKIP_MARGIN = 1.15
 """An estimate skips a trial only when it is this far over the budget: near it, the trial runs
 and is measured."""
@@ -44,6 +52,8 @@ class MemoryEstimate:
     activations: int
     """Everything else at the peak: activations, logits and loss buffers, compile overhead,
     scaled from a measured trial (`basis`) by the micro-batch size."""
+    data_parallel: int = 0
+    """What data parallel adds on each device (`data_parallel_bytes`)."""
     basis: str = ""
     certain: bool = True
     """False where the activations rest on an unmeasured checkpointing saving (a prior): such an
@@ -51,33 +61,64 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer_state + self.activations
+        return (self.parameters + self.gradients + self.optimizer_state + self.activations
+                + self.data_parallel)
 
     def to_dict(self) -> dict:
         return {"parameters": self.parameters, "gradients": self.gradients,
                 "optimizer_state": self.optimizer_state, "activations": self.activations,
-                "total": self.total, "basis": self.basis, "certain": self.certain}
+                "data_parallel": self.data_parallel, "total": self.total, "basis": self.basis,
+                "certain": self.certain}
 
 
 def parameter_count(measured: Iterable[TrialResult]) -> int | None:
-    """The model's parameter count, from the parameter bytes a trial measured."""
+    """The model's parameter count, from the parameter bytes a trial measured (one rank's
+    shard, under FSDP2: times the devices)."""
     for r in measured:
         parts = r.memory_parts or {}
         if parts.get("parameters"):
-            weights = r.config.get("weights", "fp32")
-            return int(parts["parameters"] / WEIGHT_BYTES[weights])
+            config = TuneConfig.from_dict(r.config)
+            return int(parts["parameters"] * shards(config) / WEIGHT_BYTES[config.weights])
     return None
 
 
+def shards(config: TuneConfig) -> int:
+    """Into how many parts parameters, gradients and optimizer state are split: the devices
+    under FSDP2; 1 where every rank holds them whole (DDP, one device)."""
+    return config.devices if config.parallel == "fsdp2" else 1
+
+
 def static_parts(config: TuneConfig, n_params: int) -> tuple[int, int, int]:
-    """Parameters, gradients and optimizer state of `config`, in bytes."""
-    w = WEIGHT_BYTES[config.weights]
-    return n_params * w, n_params * w, n_params * STATE_BYTES[config.optimizer_state]
+    """Parameters, gradients and optimizer state of `config` on one device, in bytes."""
+    w, n = WEIGHT_BYTES[config.weights], math.ceil(n_params / shards(config))
+    return n * w, n * w, n * STATE_BYTES[config.optimizer_state]
+
+
+def data_parallel_bytes(config: TuneConfig, n_params: int) -> int:
+    """What data parallel holds on each device besides the model's parts: DDP's all-reduce
+    buckets, a second copy of the gradients (none where the gradients are views into them,
+    ddp_bucket_view); under FSDP2 without resharding after forward, every block's gathered
+    parameters from its forward to its backward (with resharding, one or two blocks' at a time,
+    which the activations' share of a measured peak holds)."""
+    if config.parallel == "ddp" and not config.ddp_bucket_view:
+        return n_params * WEIGHT_BYTES[config.weights]
+    if config.parallel == "fsdp2" and not config.fsdp_reshard:
+        gathered = COMPUTE_BYTES.get(config.precision, WEIGHT_BYTES[config.weights])
+        return n_params * gathered
+    return 0
+
+
+def fixed_bytes(config: TuneConfig, n_params: int) -> int:
+    """Everything of `config`'s peak that does not scale with the micro-batch."""
+    return sum(static_parts(config, n_params)) + data_parallel_bytes(config, n_params)
 
 
 def micro_batch(config: TuneConfig, default_batch: int) -> int:
-    """Samples per forward/backward: what activations scale with."""
-    return config.micro_batch_size or config.batch_size or default_batch
+    """Samples per forward/backward on one device, what activations scale with: the
+    micro-batch, else each rank's share of the batch."""
+    if config.micro_batch_size:
+        return config.micro_batch_size
+    return max(1, (config.batch_size or default_batch) // config.devices)
 
 
 def _activation_values(c: TuneConfig, key: str):
@@ -120,7 +161,7 @@ def estimate(
     def rest(c: TuneConfig, r: TrialResult) -> float:
         if n_params is None:
             return measured_peak(r)
-        return max(1, measured_peak(r) - sum(static_parts(c, n_params)))
+        return max(1, measured_peak(r) - fixed_bytes(c, n_params))
 
     def distance(item):
         c, _ = item
@@ -141,7 +182,8 @@ def estimate(
             ratio *= found
     per_sample = rest(near_config, near) / micro(near_config) * ratio
     statics = static_parts(config, n_params) if n_params is not None else (0, 0, 0)
-    return MemoryEstimate(*statics, int(per_sample * micro(config)), near.label, certain)
+    extra = data_parallel_bytes(config, n_params) if n_params is not None else 0
+    return MemoryEstimate(*statics, int(per_sample * micro(config)), extra, near.label, certain)
 
 
 def option_ratio(key, to_value, from_value, known, micro, rest) -> float | None:
@@ -171,7 +213,7 @@ def activations(result: TrialResult, n_params: int | None, default_batch: int) -
     peak = measured_peak(result)
     if peak is None or n_params is None:
         return None
-    return max(0, peak - sum(static_parts(TuneConfig.from_dict(result.config), n_params)))
+    return max(0, peak - fixed_bytes(TuneConfig.from_dict(result.config), n_params))
 
 
 def checkpoint_ratios(mode: str, known, micro, n_params: int | None = None) -> list[float]:
@@ -182,7 +224,7 @@ def checkpoint_ratios(mode: str, known, micro, n_params: int | None = None) -> l
     def rest(c: TuneConfig, r: TrialResult) -> float:
         if n_params is None:
             return measured_peak(r)
-        return max(1, measured_peak(r) - sum(static_parts(c, n_params)))
+        return max(1, measured_peak(r) - fixed_bytes(c, n_params))
 
     ratios = []
     for c, r in known:

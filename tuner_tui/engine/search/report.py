@@ -58,8 +58,10 @@ class SearchOutcome:
 
 
 def is_fp32_eager(r: TrialResult) -> bool:
+    """fp32 eager; on several devices, under either data parallel mode (a group search's
+    baseline is its first mode's fp32 eager run)."""
     changed = TuneConfig.from_dict(r.config).changed()
-    return set(changed) <= {"batch_size", "grad_clip"}
+    return set(changed) <= {"batch_size", "grad_clip", "devices", *PARALLEL_KEYS}
 
 
 def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) -> TrialResult | None:
@@ -71,6 +73,89 @@ def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) 
         return {**r.config, **same}
 
     return next((r for r in results if r.loss_ok and numerics(r) == numerics(top)), None)
+
+
+PARALLEL_KEYS = ("parallel", "fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")
+"""The data parallel mode and its knobs: what the DDP-or-FSDP2 comparison varies."""
+
+
+def device_word(device: str | None) -> str:
+    return "GPU" if device == "cuda" else "process"
+
+
+def budget_scope(device: str | None, devices: int) -> str:
+    """' per GPU' (' per process' on the CPU) where several devices share the work: each rank's
+    peak counts against the budget. Nothing for one device."""
+    return f" per {device_word(device)}" if devices > 1 else ""
+
+
+def count(n: int, word: str) -> str:
+    """'2 GPUs', '1 process', '2 processes'."""
+    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("s") else "s")
+
+
+def global_batch(result: TrialResult, device: str | None) -> str | None:
+    """'global batch 16 = 2 per GPU x 4 accumulation steps x 2 GPUs': what the optimizer sees,
+    for a group (None for one device)."""
+    config = TuneConfig.from_dict(result.config)
+    if config.devices == 1 and config.parallel == "none" or not result.batch_size:
+        return None
+    per_rank = result.batch_size // config.devices
+    micro = config.micro_batch_size or per_rank
+    word = device_word(device)
+    return (f"global batch {result.batch_size} = {micro} per {word} x "
+            f"{count(per_rank // micro, 'accumulation step')} x {count(config.devices, word)}")
+
+
+def _without_parallel(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in PARALLEL_KEYS}
+
+
+def _rival_text(r: TrialResult, top: TrialResult, budget: int, scope: str) -> str:
+    """One trial of another data parallel mode or knob, against the recommendation `top`."""
+    label = TuneConfig.from_dict(r.config).parallel_label()
+    peak = measured_peak(r)
+    if r.status == "ok" and peak is not None and peak > budget:
+        return f"{label} peaked at {fmt.gib(peak)}{scope}, over the budget"
+    if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False:
+        slower = 1 - r.tokens_per_s / top.tokens_per_s
+        return (f"{label} {fmt.si(r.tokens_per_s)} tokens/s at {fmt.gib(peak)}{scope}, "
+                f"{abs(slower):.1%} {'slower' if slower >= 0 else 'faster'}")
+    if r.status == "ok":
+        return f"{label} did not keep the fp32 reference's loss"
+    if r.status == "oom":
+        return f"{label} ran out of memory"
+    return f"{label} {r.status}" + (f" ({r.message})" if r.message else "")
+
+
+def why_parallel(outcome: SearchOutcome) -> str | None:
+    """Why the recommendation's data parallel mode won, from the measured trials: the same
+    configuration under the other modes and knobs (fastest first), else the best trial of each
+    other mode. None for a recommendation on one device without data parallel."""
+    top = outcome.recommendation
+    if top is None or top.config.get("parallel", "none") == "none":
+        return None
+    config = TuneConfig.from_dict(top.config)
+    scope = budget_scope(outcome.environment.get("device"), config.devices)
+    rivals = [r for r in outcome.results if r.config != top.config
+              and r.config.get("parallel", "none") != "none"
+              and _without_parallel(r.config) == _without_parallel(top.config)]
+    rivals.sort(key=lambda r: -(r.tokens_per_s or 0) if r.status == "ok" else 0)
+    head = (f"{config.parallel_label()} won: {fmt.si(top.tokens_per_s)} tokens/s at "
+            f"{fmt.gib(measured_peak(top))}{scope}")
+    texts = [_rival_text(r, top, outcome.budget_bytes, scope) for r in rivals]
+    if texts:
+        return head + "; at the same options " + "; ".join(texts)
+    eligible = outcome.ranked[:outcome.eligible]
+    others = []
+    for mode in outcome.space.values("parallel"):
+        if mode in ("none", config.parallel):
+            continue
+        best_of = next((r for r in eligible if r.config.get("parallel") == mode), None)
+        others.append(f"the best {mode} measured: {best_of.label}, "
+                      f"{fmt.si(best_of.tokens_per_s)} tokens/s" if best_of is not None
+                      else f"no {mode} configuration ran within the budget")
+    return head + ("; " + "; ".join(others) if others else "")
 
 
 def explain(outcome: SearchOutcome) -> str:
@@ -112,8 +197,13 @@ def explain(outcome: SearchOutcome) -> str:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
                      f"runner-up ({runner_up.label})")
     peak = measured_peak(top)
+    devices = TuneConfig.from_dict(top.config).devices
     if peak is not None:
-        parts.append(f"peak {fmt.gib(peak)} within the {fmt.gib(outcome.budget_bytes)} budget")
+        parts.append(f"peak {fmt.gib(peak)} within the {fmt.gib(outcome.budget_bytes)} budget"
+                     + budget_scope(outcome.environment.get("device"), devices))
+    for extra in (why_parallel(outcome), global_batch(top, outcome.environment.get("device"))):
+        if extra:
+            parts.append(extra)
     if noise_warning(top):
         parts.append(noise_warning(top))
     return "; ".join(parts)
@@ -138,6 +228,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "steps": outcome.steps,
         "warmup_steps": outcome.warmup_steps,
         "memory_budget_bytes": outcome.budget_bytes,
+        "memory_budget_per_device": outcome.space.devices > 1,
         "space": {k: [list(v) if isinstance(v, tuple) else v for v in vs]
                   for k, vs in outcome.space.choices},
         "environment": outcome.environment,
@@ -181,6 +272,14 @@ def report(outcome: SearchOutcome) -> str:
         lines += ["", "Where the leading rows' step time goes (profiled after the measured "
                   "steps):", format_profiles(leaders).lstrip("\n")]
     lines.append("")
+    if outcome.space.devices > 1:
+        word = device_word(outcome.environment.get("device"))
+        lines.append(f"Memory budget: {fmt.gib(outcome.budget_bytes)} per {word} (each rank's "
+                     f"peak counts against it; {count(outcome.space.devices, word)})")
+        batch = global_batch(outcome.recommendation, outcome.environment.get("device")) \
+            if outcome.recommendation else None
+        if batch:
+            lines.append(f"Recommended {batch}")
     if outcome.recommendation:
         lines.append(f"Recommended: {outcome.recommendation.label}: {outcome.reason}")
     else:

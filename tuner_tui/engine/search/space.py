@@ -38,6 +38,18 @@ DEFAULT_CHOICES: dict[str, tuple] = {
     # user asks (--search batch_size=x1,x2 or, to climb past the last while it pays, x1,x2,...).
 }
 
+PARALLEL_CHOICES: dict[str, tuple] = {
+    "parallel": ("ddp", "fsdp2"),
+    "fsdp_reshard": (True, False),
+    "ddp_bucket_mb": (25, 100),
+}
+"""Searched where the search runs on several devices (`--set devices=N`) or data parallel is
+asked for (`--search parallel=...`): DDP against FSDP2, each with the knob that moves it most.
+A knob is searched only with its mode."""
+
+PARALLEL_KNOBS = {"fsdp_reshard": "fsdp2", "ddp_bucket_mb": "ddp", "ddp_bucket_view": "ddp"}
+"""Each data parallel knob and the mode it belongs to: in the other modes it does nothing."""
+
 CLIMB = "..."
 """Written last in `--search batch_size=x1,x2,...`: try doublings past the last while they pay."""
 
@@ -65,12 +77,23 @@ class SearchSpace:
 
     def start(self) -> TuneConfig:
         """The first configuration: every option at its default when that is a candidate (the
-        fp32 eager baseline), else at its first candidate."""
+        fp32 eager baseline), else at its first candidate (on several devices: DDP, unless the
+        user's list names another mode first)."""
         values = dict(self.fixed)
-        for key, candidates in self.choices:
-            default = default_value(key)
-            values[key] = default if default in candidates else candidates[0]
+        for key, _ in self.choices:
+            values[key] = self.start_value(key)
         return self.canonical(TuneConfig.from_dict(values))
+
+    def start_value(self, key: str) -> Any:
+        """The value `key` has in `start()`."""
+        candidates = self.values(key)
+        default = default_value(key)
+        return default if default in candidates else candidates[0]
+
+    @property
+    def devices(self) -> int:
+        """The devices every configuration of the space trains on."""
+        return self.start_value("devices")
 
     def canonical(self, config: TuneConfig) -> TuneConfig:
         """One configuration per distinct run: options that do nothing in it (compile scope
@@ -89,25 +112,31 @@ class SearchSpace:
             changes["checkpoint_every"] = fixed.get(
                 "checkpoint_every", default_value("checkpoint_every")
             )
-        if config.micro_batch_size and config.micro_batch_size == (
-                config.batch_size or self.default_batch):
+        if config.micro_batch_size and config.micro_batch_size == self.rank_batch(config):
             changes["micro_batch_size"] = 0
+        for knob, mode in PARALLEL_KNOBS.items():
+            if config.parallel != mode:
+                changes[knob] = self.start_value(knob)
         torchao = config.optimizer_state in TORCHAO_STEPS or config.weights == "bf16"
         if torchao and "optimizer" not in fixed:
             changes["optimizer"] = self.values("optimizer")[0]
         return config.replace(**changes)
 
+    def rank_batch(self, config: TuneConfig) -> int:
+        """The samples each device trains on per step: the batch over the devices."""
+        return (config.batch_size or self.default_batch) // config.devices
+
     def micro_batches(self, config: TuneConfig) -> list[int]:
         """The micro-batch sizes the memory stage tries for `config`'s batch: the whole batch
-        (0), then halves down to 1 (the divisors a power of two apart); the user's own list if
-        they searched it."""
+        (0; on several devices each one's share), then halves down to 1 (the divisors a power
+        of two apart); the user's own list if they searched it."""
         listed = dict(self.choices).get("micro_batch_size")
         if listed is not None:
             return list(listed)
         fixed = dict(self.fixed)
         if "micro_batch_size" in fixed:
             return [fixed["micro_batch_size"]]
-        batch = config.batch_size or self.default_batch
+        batch = self.rank_batch(config)
         sizes, size = [0], batch // 2
         while size >= 1 and batch % size == 0:
             sizes.append(size)
@@ -168,7 +197,7 @@ def default_space(
     """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
     the options that `fixed` sets, and without the values this machine cannot run."""
     fixed = dict(fixed or {})
-    merged = {**DEFAULT_CHOICES, **(choices or {})}
+    merged = {**DEFAULT_CHOICES, **parallel_choices(fixed, choices or {}), **(choices or {})}
     kept: list[tuple[str, tuple]] = []
     grow = False
     for key, values in merged.items():
@@ -196,6 +225,24 @@ def default_space(
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
     return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow,
                        default_batch=default_batch)
+
+
+def parallel_choices(fixed: dict, choices: dict) -> dict[str, tuple]:
+    """The data parallel options to search by default: DDP against FSDP2 where the user asks
+    for several devices and leaves the mode open, and the knobs of each mode in play."""
+    found: dict[str, tuple] = {}
+    if "parallel" in fixed:
+        modes = (fixed["parallel"],)
+    elif "parallel" in choices:
+        modes = tuple(choices["parallel"])
+    elif fixed.get("devices", default_value("devices")) > 1:
+        modes = found["parallel"] = PARALLEL_CHOICES["parallel"]
+    else:
+        modes = ("none",)
+    for knob, mode in PARALLEL_KNOBS.items():
+        if mode in modes and knob in PARALLEL_CHOICES and knob not in fixed:
+            found[knob] = PARALLEL_CHOICES[knob]
+    return found
 
 
 def _batch_value(value: Any, default_batch: int) -> int:

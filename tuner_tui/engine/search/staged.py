@@ -119,6 +119,7 @@ class StagedSearch(SearchStrategy):
 
     FIT_STAGE = "fit: the cheapest memory levers first, where the baseline does not fit"
     MEMORY_STAGE = "micro-batch, checkpointing where memory runs out"
+    PARALLEL_STAGE = "data parallel: DDP or FSDP2, and their knobs"
     STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("baseline", ()),
         (FIT_STAGE, ()),
@@ -130,6 +131,10 @@ class StagedSearch(SearchStrategy):
         # speed can buy back (8-bit state is slower than bf16 or fp32), and eager trials are cheap.
         ("optimizer", ("optimizer", "optimizer_state")),
         ("attention", ("attention",)),
+        # DDP against FSDP2 on the eager configuration at its fastest (eager trials are cheap,
+        # and compile comes next around the winner); the memory stage after compile then uses
+        # what sharding freed.
+        (PARALLEL_STAGE, ("parallel", "fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")),
         ("compile", ("compile_mode", "compile_scope")),
         # Memory before kernels: the batch the device holds at once moves throughput more than
         # any kernel (ANCHORS.md), so a search cut short by its time budget loses the smaller
@@ -140,7 +145,7 @@ class StagedSearch(SearchStrategy):
         # Once more: the fused loss and fp8 free memory that a larger micro-batch may use.
         (MEMORY_STAGE, ("batch_size", "micro_batch_size", "checkpointing")),
     )
-    ROUNDS_UNTIL_DONE = (FIT_STAGE, MEMORY_STAGE)
+    ROUNDS_UNTIL_DONE = (FIT_STAGE, MEMORY_STAGE, PARALLEL_STAGE)
     """Stages that go on, a round at a time, until they propose nothing new."""
     CHECKPOINT_COST = ("off", "selective", "every-n", "full")
     """Checkpointing modes from the least recomputation to the most."""
@@ -148,6 +153,7 @@ class StagedSearch(SearchStrategy):
         "host": {"compile", MEMORY_STAGE, "optimizer"},
         "memory": {"kernels x compile", "compile", "optimizer"},
         "compute": {"precision", "attention", "fp8"},
+        "communication": {PARALLEL_STAGE},
     }
     """The stages that address each bottleneck of a profile (`engine/profile.py`). With profiles
     (tune --profile), the stages still to come that address the best's bottleneck go first,
@@ -169,6 +175,8 @@ class StagedSearch(SearchStrategy):
             return self._fit_candidates(history)
         if name == self.MEMORY_STAGE:
             return self._memory_candidates(incumbent, history)
+        if name == self.PARALLEL_STAGE:
+            return self._parallel_candidates(incumbent, history)
         axes = []
         for key in keys:
             values = list(self.space.values(key))
@@ -190,15 +198,18 @@ class StagedSearch(SearchStrategy):
 
     def fit_ladder(self) -> list[TuneConfig]:
         """Where the baseline does not fit: configurations to try in turn until one fits, from
-        the levers that cost the least speed to the least memory. First bf16 weights and bf16
+        the levers that cost the least speed to the least memory. On several devices, FSDP2
+        first (sharding divides parameters, gradients and optimizer state by the devices at
+        about DDP's speed), and with every rung after it. Then bf16 weights and bf16
         optimizer state with SDPA and the fused linear + cross-entropy (on a large model often
         faster than the baseline, not slower); then selective checkpointing; 8-bit state; full
         checkpointing; and the floors (`floors`). A rung whose estimate is clearly over the
         budget is skipped without a trial, so the ladder costs trials only near the budget."""
         values = self.space.values
         common = self._lean_changes()
-        rungs = [dict(common, optimizer_state="bf16")
-                 if "bf16" in values("optimizer_state") else dict(common)]
+        rungs = [self._sharding()] if self._sharding() else []
+        rungs.append(dict(common, optimizer_state="bf16")
+                     if "bf16" in values("optimizer_state") else dict(common))
         if "selective" in values("checkpointing"):
             rungs.append(dict(rungs[-1], checkpointing="selective"))
         if "8bit" in values("optimizer_state"):
@@ -212,11 +223,17 @@ class StagedSearch(SearchStrategy):
                 found.append(config)
         return found + [f for f in self.floors() if f not in found]
 
+    def _sharding(self) -> dict:
+        """FSDP2 where the space has it and there are devices to shard over."""
+        if self.space.devices > 1 and "fsdp2" in self.space.values("parallel"):
+            return {"parallel": "fsdp2"}
+        return {}
+
     def _lean_changes(self) -> dict:
-        """bf16 weights (bf16 precision), SDPA and the fused linear + cross-entropy, where the
-        space has them: what saves memory without costing speed."""
+        """FSDP2 on several devices, bf16 weights (bf16 precision), SDPA and the fused linear
+        + cross-entropy, where the space has them: what saves memory without costing speed."""
         values = self.space.values
-        changes: dict = {}
+        changes: dict = dict(self._sharding())
         if "bf16" in values("weights") and "bf16" in values("precision"):
             changes.update(weights="bf16", precision="bf16")
         if "sdpa" in values("attention"):
@@ -294,6 +311,29 @@ class StagedSearch(SearchStrategy):
                         break
                 if settled == modes[0]:
                     break
+        return found
+
+    def _parallel_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
+        """Each data parallel mode of the space around the incumbent, FSDP2 with each of its
+        resharding choices; once those are measured, DDP's bucket size (and bucket views, if
+        searched) around a DDP incumbent only: they move less, and cost a trial each."""
+        values = self.space.values
+        first: list[TuneConfig] = []
+        for mode in values("parallel"):
+            knobs = [{}] + ([{"fsdp_reshard": v} for v in values("fsdp_reshard")]
+                            if mode == "fsdp2" else [])
+            for changes in knobs:
+                config = self._variant(incumbent, {"parallel": mode, **changes})
+                if config is not None and history.is_new(config) and config not in first:
+                    first.append(config)
+        if first or incumbent.parallel != "ddp":
+            return first
+        found: list[TuneConfig] = []
+        for knob in ("ddp_bucket_mb", "ddp_bucket_view"):
+            for value in values(knob):
+                config = self._variant(incumbent, {knob: value})
+                if config is not None and history.is_new(config) and config not in found:
+                    found.append(config)
         return found
 
     GROW_MIN_GAIN = 0.02
