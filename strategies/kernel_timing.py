@@ -156,7 +156,9 @@ def make_case(kernel: str, parent: nn.Module, original: nn.Module, replacement: 
     if kernel in NOT_TIMED:
         return NOT_TIMED[kernel]
     dtype, device = _param_dtype(original, model)
-    activation_dtype = autocast or dtype  # matmul outputs: the norms see the residual stream
+    # Activations and scores come out of matmuls (autocast's dtype); the norms and the loss see
+    # the residual stream, in the parameters' dtype.
+    activation_dtype = autocast or dtype
     common = {"original": original, "replacement": replacement, "autocast": autocast,
               "device": device}
     if kernel in ("layer_norm", "rms_norm"):
