@@ -151,7 +151,7 @@ class TuneConfig:
         if self.fp8 != OPTIONS["fp8"].default:
             parts.append(f"fp8 {self.fp8}")
         if self.fused_kernels:
-            every = "" if self.kernels_with_compile == "inductor-first" else ",all"
+            every = "" if self.kernels_with_compile == "inductor-first" else f",{self.kernels_with_compile}"
             parts.append("kernels(" + ",".join(self.fused_kernels) + every + ")")
         if self.checkpointing != "off":
             every = f"/{self.checkpoint_every}" if self.checkpointing == "every-n" else ""

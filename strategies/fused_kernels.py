@@ -158,6 +158,45 @@ def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module
     return None
 
 
+def first_replacements(model: nn.Module, chosen: set[str]) -> dict[str, tuple[nn.Module, ...]]:
+    """For each kernel, the first module it would replace: (parent, module, replacement)."""
+    found: dict[str, tuple[nn.Module, ...]] = {}
+    for parent in model.modules():
+        for child in parent.children():
+            replacement = replacement_for(child, chosen)
+            if replacement and replacement[0] not in found:
+                found[replacement[0]] = (parent, child, replacement[1])
+    return found
+
+
+def measured_choice(run, config, chosen: set[str], timings=None) -> tuple[set[str], dict[str, str]]:
+    """`chosen` less the kernels measured slower than the module they replace (unless
+    kernels_with_compile = forced), and a line per kernel saying kept or left and why.
+    `timings` is a strategies.kernel_timing.TimingSource; by default the per-GPU cache on CUDA,
+    and no timing on the CPU, where the interpreter's timings mean nothing."""
+    from strategies import kernel_timing
+
+    if timings is None:
+        if run.device_type != "cuda":
+            return chosen, {}
+        timings = kernel_timing.cached_timings
+    cases, measured = [], {}
+    for kernel, (parent, module, new) in first_replacements(run.model, chosen).items():
+        case = kernel_timing.make_case(kernel, parent, module, new, run.model, run.autocast_dtype)
+        if isinstance(case, str):
+            measured[kernel] = case
+        else:
+            cases.append(case)
+    measured.update(timings(cases))
+    kept, lines = set(chosen), {}
+    forced = config.kernels_with_compile == "forced"
+    for kernel in sorted(measured):
+        keep, lines[kernel] = kernel_timing.verdict(measured[kernel], forced)
+        if not keep:
+            kept.discard(kernel)
+    return kept, lines
+
+
 def swap_modules(model: nn.Module, chosen: set[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for parent in list(model.modules()):
@@ -170,7 +209,9 @@ def swap_modules(model: nn.Module, chosen: set[str]) -> dict[str, int]:
     return counts
 
 
-def apply(run, config) -> None:
+def apply(run, config, timings=None) -> None:
+    """Swap the chosen kernels in; on CUDA (or with `timings` given) only those measured no
+    slower than what they replace (see `measured_choice`)."""
     chosen = set(config.fused_kernels)
     if not chosen:
         run.report["fused_kernels"] = {}
@@ -183,6 +224,7 @@ def apply(run, config) -> None:
     ok, reason = gputune_kernels.available()
     if not ok:
         raise ConfigError(f"fused_kernels = [{', '.join(config.fused_kernels)}] cannot run: {reason}")
+    chosen, measured = measured_choice(run, config, chosen, timings)
     counts = swap_modules(run.model, chosen) if chosen else {}
     not_swapped = None
     if "linear_cross_entropy" in chosen:
@@ -201,6 +243,8 @@ def apply(run, config) -> None:
         run.report["fused_kernels_not_swapped"] = not_swapped
     if left_to_inductor:
         run.report["fused_kernels_left_to_inductor"] = left_to_inductor
+    if measured:
+        run.report["fused_kernels_measured"] = measured
 
 
 # Class-name endings of modules that look like norms or activations we could not swap (for

@@ -334,8 +334,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "inductor-first",
                 "With compile on: inductor-first swaps only the losses and lets Inductor fuse "
                 "norms, activations and softmax into their neighbours; all swaps every chosen "
-                "kernel",
-                choices=("inductor-first", "all"),
+                "kernel; forced: every chosen kernel, compiled or not, even one measured slower",
+                choices=("inductor-first", "all", "forced"),
                 label="Kernels under compile",
             ),
         ),
