@@ -68,7 +68,7 @@ class TuneConfig:
         weights: Literal["fp32", "bf16"]
         attention: Literal["manual", "sdpa"]
         fused_kernels: tuple[str, ...]
-        kernels_with_compile: Literal["inductor-first", "all"]
+        kernels_with_compile: Literal["inductor-first", "all", "forced"]
         fp8: Literal["off", "tensorwise", "rowwise"]
         checkpointing: Literal["off", "full", "every-n", "selective"]
         checkpoint_every: int

@@ -307,7 +307,7 @@ class Search:
         if computes_reference(config):
             return ()
         for result in self.history.all():
-            done = TuneConfig.from_dict(result.config)
+            done = result.tune_config
             if (result.status == "ok" and result.losses and computes_reference(done)
                     and reference_key(done, 0) == reference_key(config, 0)):
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
@@ -332,7 +332,7 @@ class Search:
         return ()
 
     def _checkpoint_saving_measured(self, mode: str) -> bool:
-        known = [(TuneConfig.from_dict(r.config), r) for r in self.history.all() if measured_peak(r)]
+        known = [(r.tune_config, r) for r in self.history.all() if measured_peak(r)]
         return bool(checkpoint_ratios(mode, known, lambda c: micro_batch(c, self.default_batch)))
 
     # -- the outcome ---------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def parameter_count(measured: Iterable[TrialResult]) -> int | None:
     for r in measured:
         parts = r.memory_parts or {}
         if parts.get("parameters"):
-            config = TuneConfig.from_dict(r.config)
+            config = r.tune_config
             return int(parts["parameters"] * shards(config) / WEIGHT_BYTES[config.weights])
     return None
 
@@ -150,7 +150,7 @@ def estimate(
     (it then never skips a trial). A trial measured without its parts counts its whole peak as
     per-sample, which over-estimates larger micro-batches (the safe side). None when nothing
     was measured."""
-    known = [(TuneConfig.from_dict(r.config), r) for r in measured if measured_peak(r)]
+    known = [(r.tune_config, r) for r in measured if measured_peak(r)]
     if not known:
         return None
     n_params = parameter_count(r for _, r in known)
@@ -213,7 +213,7 @@ def activations(result: TrialResult, n_params: int | None, default_batch: int) -
     peak = measured_peak(result)
     if peak is None or n_params is None:
         return None
-    return max(0, peak - fixed_bytes(TuneConfig.from_dict(result.config), n_params))
+    return max(0, peak - fixed_bytes(result.tune_config, n_params))
 
 
 def checkpoint_ratios(mode: str, known, micro, n_params: int | None = None) -> list[float]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from strategies.config import ExportedConfig, TuneConfig, save
+from strategies.config import ExportedConfig, save
 from strategies.files import write_atomic
 from tuner_tui import format as fmt
 from tuner_tui.engine.noise import noise_lines, noise_warning
@@ -60,7 +60,7 @@ class SearchOutcome:
 def is_fp32_eager(r: TrialResult) -> bool:
     """fp32 eager; on several devices, under either data parallel mode (a group search's
     baseline is its first mode's fp32 eager run)."""
-    changed = TuneConfig.from_dict(r.config).changed()
+    changed = r.tune_config.changed()
     return set(changed) <= {"batch_size", "grad_clip", "devices", *PARALLEL_KEYS}
 
 
@@ -97,7 +97,7 @@ def count(n: int, word: str) -> str:
 def global_batch(result: TrialResult, device: str | None) -> str | None:
     """'global batch 16 = 2 per GPU x 4 accumulation steps x 2 GPUs': what the optimizer sees,
     for a group (None for one device)."""
-    config = TuneConfig.from_dict(result.config)
+    config = result.tune_config
     if config.devices == 1 and config.parallel == "none" or not result.batch_size:
         return None
     per_rank = result.batch_size // config.devices
@@ -113,7 +113,7 @@ def _without_parallel(config: dict) -> dict:
 
 def _rival_text(r: TrialResult, top: TrialResult, budget: int, scope: str) -> str:
     """One trial of another data parallel mode or knob, against the recommendation `top`."""
-    label = TuneConfig.from_dict(r.config).parallel_label()
+    label = r.tune_config.parallel_label()
     peak = measured_peak(r)
     if r.status == "ok" and peak is not None and peak > budget:
         return f"{label} peaked at {fmt.gib(peak)}{scope}, over the budget"
@@ -135,7 +135,7 @@ def why_parallel(outcome: SearchOutcome) -> str | None:
     top = outcome.recommendation
     if top is None or top.config.get("parallel", "none") == "none":
         return None
-    config = TuneConfig.from_dict(top.config)
+    config = top.tune_config
     scope = budget_scope(outcome.environment.get("device"), config.devices)
     rivals = [r for r in outcome.results if r.config != top.config
               and r.config.get("parallel", "none") != "none"
@@ -167,7 +167,7 @@ def explain(outcome: SearchOutcome) -> str:
     eligible = outcome.ranked[:outcome.eligible]
     parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
              "that ran and kept the loss"]
-    if computes_reference(TuneConfig.from_dict(top.config)):
+    if computes_reference(top.tune_config):
         parts[0] += " (it computes the fp32 eager reference itself)"
     elif top.loss_ok:
         parts[0] += (f" (within {top.loss_max_rel_error:.1e} of the fp32 reference, tolerance "
@@ -197,7 +197,7 @@ def explain(outcome: SearchOutcome) -> str:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
                      f"runner-up ({runner_up.label})")
     peak = measured_peak(top)
-    devices = TuneConfig.from_dict(top.config).devices
+    devices = top.tune_config.devices
     if peak is not None:
         parts.append(f"peak {fmt.gib(peak)} within the {fmt.gib(outcome.budget_bytes)} budget"
                      + budget_scope(outcome.environment.get("device"), devices))
@@ -216,7 +216,7 @@ def export(outcome: SearchOutcome, path: str | os.PathLike) -> Path | None:
     measured = top.measured()
     measured["reason"] = outcome.reason
     measured["search_trials"] = len(outcome.results)
-    return save(ExportedConfig(TuneConfig.from_dict(top.config), measured, outcome.environment,
+    return save(ExportedConfig(top.tune_config, measured, outcome.environment,
                                outcome.workload["name"]), path)
 
 

@@ -59,7 +59,7 @@ class History:
         return [
             r for r in self.results.values()
             if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
-            and self.space.contains(TuneConfig.from_dict(r.config))
+            and self.space.contains(r.tune_config)
             and (self.budget_bytes is None or (measured_peak(r) or 0) <= self.budget_bytes)
         ]
 
@@ -373,7 +373,7 @@ class StagedSearch(SearchStrategy):
 
     def _incumbent(self, history: History) -> TuneConfig:
         best = history.steering_best()
-        return TuneConfig.from_dict(best.config) if best else self.space.start()
+        return best.tune_config if best else self.space.start()
 
     def _follow_bottleneck(self, history: History) -> None:
         best = history.steering_best()
