@@ -19,6 +19,12 @@ class WriteError(Exception):
     """A file that cannot be written; the message is one line for the user."""
 
 
+def gputune_home() -> Path:
+    """`$GPUTUNE_HOME`, or ~/.cache/gputune: the result store, the compile caches and the
+    kernel timings."""
+    return Path(os.environ.get("GPUTUNE_HOME") or Path.home() / ".cache" / "gputune").expanduser()
+
+
 def _folder(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
 

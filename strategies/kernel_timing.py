@@ -255,13 +255,16 @@ def verdict(timing: Timing | str, forced: bool = False) -> tuple[bool, str]:
 
 def machine_here(device: torch.device) -> dict[str, str]:
     """What a timing depends on besides the case: the GPU, its driver, torch, triton, and
-    gputune's code (tuner_tui/engine/code_version.py)."""
-    from tuner_tui.engine.environment import fingerprint
+    gputune's code (strategies/code_version.py)."""
+    import platform
 
-    env = fingerprint(device.type)
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu {env['cpu']}"
-    return {"gpu": gpu, "driver": str(env["driver"]), "torch": str(env["torch"]),
-            "triton": str(env["triton"]), "code": str(env["code"])}
+    from strategies.code_version import code_hash
+    from strategies.versions import driver_version, triton_version
+
+    gpu = (torch.cuda.get_device_name(device) if device.type == "cuda"
+           else f"cpu {platform.processor() or platform.machine()}")
+    return {"gpu": gpu, "driver": str(driver_version()), "torch": str(torch.__version__),
+            "triton": str(triton_version()), "code": code_hash()}
 
 
 def machine_key(machine: dict[str, str]) -> str:
@@ -269,7 +272,7 @@ def machine_key(machine: dict[str, str]) -> str:
 
 
 def default_path() -> Path:
-    from tuner_tui.engine.paths import gputune_home
+    from strategies.files import gputune_home
 
     return gputune_home() / "kernel_timings.json"
 

@@ -94,7 +94,7 @@ def test_results_of_other_code_or_an_older_schema_are_never_reused(tmp_path):
 
 
 def test_the_code_hash_covers_kernels_strategies_and_the_trial_code():
-    from tuner_tui.engine.code_version import code_files, code_hash
+    from strategies.code_version import code_files, code_hash
 
     names = [name for name, _ in code_files()]
     for expected in ("kernels/layer_norm.py", "strategies/compose.py", "tuner_tui.engine/trial.py",
@@ -105,7 +105,7 @@ def test_the_code_hash_covers_kernels_strategies_and_the_trial_code():
 
 
 def test_a_worker_describes_its_machine_code_and_workload_key(tmp_path):
-    from tuner_tui.engine.code_version import code_hash
+    from strategies.code_version import code_hash
     from tuner_tui.engine.runner import start_worker
     from tuner_tui.engine.protocol import WorkerSpec
     from tuner_tui.engine.store import workload_key

@@ -15,7 +15,7 @@ import strategies
 from strategies import TuneConfig, fused_kernels, kernel_timing
 from strategies.compose import TunedRun
 from strategies.kernel_timing import Timing, TimingCache, machine_key, time_case, verdict
-from tuner_tui.engine.code_version import code_hash
+from strategies.code_version import code_hash
 from tuner_tui.engine.workloads import load
 
 MACHINE = {"gpu": "NVIDIA H200", "driver": "570.86", "torch": "2.13.0", "triton": "3.5.0",

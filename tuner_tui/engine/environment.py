@@ -12,30 +12,8 @@ import torch
 
 from strategies.registry import Capabilities
 from tuner_tui import __version__
-from tuner_tui.engine.code_version import code_hash
-
-
-def _nvml_driver() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            driver = pynvml.nvmlSystemGetDriverVersion()
-            return driver.decode() if isinstance(driver, bytes) else driver
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library: the fingerprint just says unknown
-        return None
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except Exception:
-        return None
+from strategies.code_version import code_hash
+from strategies.versions import driver_version, triton_version
 
 
 def cpu_model() -> str:
@@ -64,10 +42,10 @@ def fingerprint(device: str) -> dict:
         "gpu_count": 0,
         "gpu_memory_bytes": None,
         "compute_capability": None,
-        "driver": _nvml_driver(),
+        "driver": driver_version(),
         "cuda": str(torch.version.cuda) if torch.version.cuda else None,
         "torch": str(torch.__version__),  # a TorchVersion would import torch where unpickled
-        "triton": _triton_version(),
+        "triton": triton_version(),
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "cpu": cpu_model(),

@@ -13,10 +13,9 @@ import stat
 import sys
 from pathlib import Path
 
+from strategies.files import gputune_home
 
-def gputune_home() -> Path:
-    """`$GPUTUNE_HOME`, or ~/.cache/gputune: the store and the shared compile caches."""
-    return Path(os.environ.get("GPUTUNE_HOME") or Path.home() / ".cache" / "gputune").expanduser()
+__all__ = ["gputune_home"]  # (re-exported: the engine's callers find it here)
 
 
 def private_folder(path: Path) -> Path | None:

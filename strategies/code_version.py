@@ -1,6 +1,7 @@
 """A hash of the code that decides what a measurement measures: the kernels, the strategies,
 the built-in workloads and the engine's trial and worker code. Stored results are keyed by it,
-so a result measured by other code is never reused. Torch-free."""
+so a result measured by other code is never reused, and kernel timings are cached by it.
+Torch-free; it finds the files without importing the packages."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def code_files() -> list[tuple[str, Path]]:
         if root is not None:
             files += [(f"{package}/{p.relative_to(root).as_posix()}", p)
                       for p in root.rglob("*.py")]
-    engine = Path(__file__).resolve().parent
-    files += [(f"tuner_tui.engine/{name}", engine / name) for name in ENGINE_FILES]
+    engine = _package_dir("tuner_tui.engine")
+    if engine is not None:
+        files += [(f"tuner_tui.engine/{name}", engine / name) for name in ENGINE_FILES]
     return sorted(files)
 
 
