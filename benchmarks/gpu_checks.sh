@@ -37,14 +37,18 @@
 #   why       profiles of gpt2-124m (issue 16): fp32 eager (expected compute-bound), bf16
 #             eager at batch 1 (expected host-bound), bf16 + compile + CUDA graphs at batch
 #             64; then one configuration unprofiled and profiled, side by side     ~5.5 min
+#   two-tune  issue 15 (nvidia-h200-x2): `gputune tune --set devices=2` on the HF Llama with a
+#             per-GPU budget of 24 GiB: DDP against FSDP2, chosen by the search      ~9 min
+#   kernel-decisions  issues 17 and 16: the fused-kernels strategy's measured decisions (GPT-2,
+#             Llama 1B), their GPU test, and the profile's matmul TFLOP/s GPU test    ~3 min
 #   why-screenshot  the dashboard's profile panel (key x) on bf16 eager at batch 1, for the
 #             README                                                               ~1.5 min
 # Results land in $OUT (or ./out), at most 8 files per section (what a device call returns);
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -196,6 +200,17 @@ PY
       --search checkpointing=off,selective,full --search fp8=off,tensorwise \
       --out "$OUT/tune-hf-recipe-budget.toml" --json "$OUT/tune-hf-recipe-budget.json" > "$OUT/tune-hf-recipe-budget.log" 2>&1
     grep -v "^\[" "$OUT/tune-hf-recipe-budget.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
+  two-tune)
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} NCCL_NVLS_ENABLE=0
+    timeout -k 10 "${TWO_TUNE_LIMIT_S:-560}" python3 -m tuner_tui.cli tune --device cuda \
+      --workload examples.hf_causal_lm:llama --set devices=2 --set batch_size=8 \
+      --max-memory 24GiB --budget-minutes "${TWO_TUNE_MINUTES:-8}" --steps 10 --warmup 3 \
+      --json "$OUT/tune-2gpu-24gib.json" --out "$OUT/tune-2gpu-24gib.toml" > "$OUT/tune-2gpu-24gib.log" 2>&1
+    grep -v "^\[" "$OUT/tune-2gpu-24gib.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
+  kernel-decisions)
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home}
+    python3 benchmarks/kernel_decisions.py --fresh --json "$OUT/kernel-decisions-h200.json" 2>&1 | tail -30
+    python3 -m pytest -q -m gpu tests/strategies/test_kernel_timing.py tests/engine/test_profile.py 2>&1 | tail -5 ;;
   fit-recipe-lean)
     # The same, the space narrowed to what decides the result inside the recipe's memory (bf16
     # weights, bf16 state and the fused loss held; checkpointing, micro-batch and fp8 searched),
