@@ -128,7 +128,9 @@ def test_tune_with_a_damaged_store_keeps_every_trial_in_its_json_and_export(gput
                    "--warmup", "1", "--search", "precision=fp32", "--set", "compile_mode=off",
                    "--set", "checkpointing=off", "--set", "batch_size=0",
                    "--set", "optimizer=plain", "--set", "attention=manual",
-                   "--set", "fused_kernels=", "--store", str(path), "--out", str(out),
+                   "--set", "fused_kernels=", "--set", "weights=fp32",
+                   "--set", "optimizer_state=fp32", "--set", "micro_batch_size=0",
+                   "--store", str(path), "--out", str(out),
                    "--json", str(js), "--max-memory", "8GiB")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
