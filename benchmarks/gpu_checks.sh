@@ -53,6 +53,12 @@ case "${1:-}" in
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
+# The hand recipe on the HF Llama (its line to stderr), then its measured peak in bytes: the
+# memory budget of the fit-recipe searches.
+recipe_budget() {
+  python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1 >&2
+  python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))"
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt"
 case "${1:-}" in
   engine)
@@ -191,8 +197,7 @@ PY
       2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
   fit-recipe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
-    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
-    budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
+    budget=$(recipe_budget)
     gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
       --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-7.6}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
@@ -217,8 +222,7 @@ PY
     # weights, bf16 state and the fused loss held; checkpointing, micro-batch and fp8 searched),
     # so that fp8 is reached within one device call.
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
-    python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1
-    budget=$(python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))")
+    budget=$(recipe_budget)
     gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
       --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-6.2}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \

@@ -177,7 +177,13 @@ class TuneConfig:
 
     def accumulation_steps(self, batch_size: int) -> int:
         """Micro-batches per optimizer step for a batch of `batch_size` (the workload's default
-        when batch_size = 0). Raises ConfigError when micro_batch_size does not divide it."""
+        when batch_size = 0). Raises ConfigError when micro_batch_size does not divide it, or
+        when the batch cannot be shared evenly by the devices of a group."""
+        if batch_size % self.devices:
+            raise ConfigError(
+                f"batch_size = {batch_size} is not a multiple of devices = {self.devices}: each "
+                f"rank trains on batch_size / devices sequences; use a batch_size of "
+                f"{self.devices * max(1, batch_size // self.devices)} or devices dividing {batch_size}")
         micro = self.micro_batch_size
         if not micro:
             return 1

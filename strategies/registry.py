@@ -14,11 +14,17 @@ gets its type in `TuneConfig` (for type checkers; a test names any that is missi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from strategies.errors import ConfigError
+from strategies.options import (  # noqa: F401  (Option and its kinds are part of this API)
+    BoolOption,
+    ChoiceOption,
+    FloatOption,
+    IntOption,
+    Option,
+    SetOption,
+)
 
 # Names of the kernels in `kernels/` that the fused-kernels strategy can swap in. Kept here as
 # data (not imported from kernels/) so that the registry stays free of torch and triton.
@@ -36,219 +42,6 @@ FUSED_KERNEL_CHOICES = (
 MAX_BATCH_SIZE = 2**20
 """Samples per optimizer step: far above any batch that fits one machine, low enough that a
 typo (1e23) is refused with a message instead of overflowing in the worker."""
-
-
-def _shown(value: Any, limit: int = 40) -> str:
-    """A value as the user wrote it, cut short: a message stays one readable line."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass(frozen=True)
-class Option:
-    """One tunable setting. Each kind of value is a subclass with its own `coerce` (check a value
-    from a file or a dict), `parse` (a command-line string), `describe_allowed` (for messages),
-    `show` and the hints the dashboard builds its widget from (`widget`)."""
-
-    key: str
-    """Flat, unique name: the TOML key, the CLI flag (`--set key=value`) and the widget id."""
-    default: Any
-    help: str
-    """One line shown beside the widget and in error messages."""
-    requires: tuple[str, ...] = ()
-    """Capabilities the option needs whenever it is not at its default (see `Capabilities`)."""
-    label: str = ""
-
-    kind: ClassVar[str] = ""
-    """The kind's name, as plain data: "choice", "bool", "int", "float" or "set"."""
-    widget: ClassVar[str] = ""
-    """The dashboard's control: "select", "switch", "number" or "checkboxes"."""
-
-    def coerce(self, value: Any) -> Any:
-        """`value` checked and in canonical form; ConfigError (one line) if not allowed."""
-        raise NotImplementedError
-
-    def parse(self, text: str) -> Any:
-        """A command-line string (`--set key=value`) as a value to `coerce`."""
-        return text
-
-    def parse_one_of_several(self, text: str) -> Any:
-        """One value in a comma-separated list of values (`--search key=a,b`, the screenshot
-        tool's `--set`): the same as `parse` except for sets, whose items are joined by +."""
-        return self.parse(text)
-
-    def describe_allowed(self) -> str:
-        raise NotImplementedError
-
-    def show(self, value: Any) -> str:
-        """A value as the user writes it."""
-        return str(value).lower() if isinstance(value, bool) else str(value)
-
-    def probe(self) -> Any:
-        """A value other than the default, to ask whether changing the option needs a
-        capability."""
-        return self.default
-
-    def needs(self, value: Any) -> tuple[str, ...]:
-        """The capabilities `option = value` needs."""
-        return self.requires if value != self.default else ()
-
-    def _refuse(self, value: Any, problem: str) -> ConfigError:
-        return ConfigError(f"{self.key} = {_shown(value)} {problem}: {self.describe_allowed()}")
-
-
-@dataclass(frozen=True)
-class ChoiceOption(Option):
-    choices: tuple = ()
-    choice_requires: dict = field(default_factory=dict)
-    """Capabilities needed by particular choices, e.g. {"fp16": ("cuda",)}."""
-
-    kind: ClassVar[str] = "choice"
-    widget: ClassVar[str] = "select"
-
-    def coerce(self, value: Any) -> Any:
-        if value not in self.choices:
-            raise self._refuse(value, "is not allowed")
-        return value
-
-    def describe_allowed(self) -> str:
-        return "one of " + ", ".join(str(c) for c in self.choices)
-
-    def needs(self, value: Any) -> tuple[str, ...]:
-        return super().needs(value) + tuple(self.choice_requires.get(value, ()))
-
-
-@dataclass(frozen=True)
-class BoolOption(Option):
-    kind: ClassVar[str] = "bool"
-    widget: ClassVar[str] = "switch"
-
-    def coerce(self, value: Any) -> Any:
-        if not isinstance(value, bool):
-            raise self._refuse(value, "has the wrong type")
-        return value
-
-    def parse(self, text: str) -> Any:
-        lowered = text.lower()
-        if lowered in ("true", "on", "yes", "1"):
-            return True
-        if lowered in ("false", "off", "no", "0"):
-            return False
-        return text
-
-    def describe_allowed(self) -> str:
-        return "true or false"
-
-    def probe(self) -> Any:
-        return not self.default
-
-
-@dataclass(frozen=True)
-class IntOption(Option):
-    minimum: float | None = None
-    maximum: float | None = None
-
-    kind: ClassVar[str] = "int"
-    widget: ClassVar[str] = "number"
-    input_type: ClassVar[str] = "integer"
-    """What the dashboard's number field accepts: "integer" or "number"."""
-
-    def _in_range(self, value: float) -> bool:
-        return (self.minimum is None or value >= self.minimum) and (
-            self.maximum is None or value <= self.maximum)
-
-    def coerce(self, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._refuse(value, "has the wrong type")
-        if not self._in_range(value):
-            raise self._refuse(value, "is out of range")
-        return value
-
-    def parse(self, text: str) -> Any:
-        try:
-            return int(text)
-        except ValueError:
-            return text
-
-    def describe_allowed(self) -> str:
-        return self._noun("an integer", int)
-
-    def _noun(self, noun: str, shown: type) -> str:
-        if self.minimum is not None:
-            noun += f" >= {shown(self.minimum)}"
-        if self.maximum is not None:
-            noun += f"{' and' if self.minimum is not None else ''} <= {shown(self.maximum)}"
-        return noun
-
-    def probe(self) -> Any:
-        return self.default + 1
-
-
-@dataclass(frozen=True)
-class FloatOption(IntOption):
-    kind: ClassVar[str] = "float"
-    input_type: ClassVar[str] = "number"
-
-    def coerce(self, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._refuse(value, "has the wrong type")
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number) or not self._in_range(number):
-            raise self._refuse(value, "is out of range")
-        return number
-
-    def parse(self, text: str) -> Any:
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-    def describe_allowed(self) -> str:
-        return self._noun("a number", float)
-
-
-@dataclass(frozen=True)
-class SetOption(Option):
-    """A subset of `choices`, held in the registry's order (equal sets compare equal)."""
-
-    choices: tuple = ()
-
-    kind: ClassVar[str] = "set"
-    widget: ClassVar[str] = "checkboxes"
-
-    def coerce(self, value: Any) -> Any:
-        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-            raise self._refuse(value, "has the wrong type")
-        for item in value:
-            if item not in self.choices:
-                raise ConfigError(f"{self.key} contains {_shown(item)}, which is not allowed: "
-                                  f"{self.describe_allowed()}")
-        return tuple(c for c in self.choices if c in set(value))
-
-    def parse(self, text: str) -> Any:
-        return tuple(t.strip() for t in text.split(",") if t.strip())
-
-    def parse_one_of_several(self, text: str) -> Any:
-        """`a+b`, or `none` for the empty set."""
-        return () if text == "none" else tuple(t for t in text.split("+") if t)
-
-    def describe_allowed(self) -> str:
-        return "a list drawn from " + ", ".join(self.choices)
-
-    def show(self, value: Any) -> str:
-        return "[" + ", ".join(value) + "]"
-
-    def probe(self) -> Any:
-        return (self.choices[0],)
-
-    def needs(self, value: Any) -> tuple[str, ...]:
-        chosen = tuple(value)
-        return self.requires if chosen and chosen != tuple(self.default) else ()
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,14 @@ def test_the_typed_options_of_tuneconfig_are_the_registrys():
             want = {BoolOption: "bool", FloatOption: "float", IntOption: "int",
                     SetOption: "tuple[str, ...]"}[type(option)]
             assert ast.unparse(note) == want, key
+
+
+def test_a_batch_that_the_devices_cannot_share_evenly_is_refused_with_the_sizes_that_work():
+    import pytest
+
+    from strategies.config import ConfigError, TuneConfig
+
+    config = TuneConfig.from_dict({"parallel": "ddp", "devices": 3})
+    with pytest.raises(ConfigError, match="batch_size = 8 is not a multiple of devices = 3"):
+        config.accumulation_steps(8)
+    assert config.accumulation_steps(6) == 1
