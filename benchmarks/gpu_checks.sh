@@ -210,6 +210,7 @@ PY
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} NCCL_NVLS_ENABLE=0
     timeout -k 10 "${TWO_TUNE_LIMIT_S:-560}" python3 -m tuner_tui.cli tune --device cuda \
       --workload examples.hf_causal_lm:llama --set devices=2 --set batch_size=8 \
+      --set precision=bf16 --set attention=sdpa --set optimizer=fused \
       --max-memory 24GiB --budget-minutes "${TWO_TUNE_MINUTES:-8}" --steps 10 --warmup 3 \
       --json "$OUT/tune-2gpu-24gib.json" --out "$OUT/tune-2gpu-24gib.toml" > "$OUT/tune-2gpu-24gib.log" 2>&1
     grep -v "^\[" "$OUT/tune-2gpu-24gib.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from tuner_tui.engine import protocol  # noqa: E402
 from tuner_tui.engine.bench import start_worker  # noqa: E402
 from tuner_tui.engine.client import WorkerSpec  # noqa: E402
+from strategies import TuneConfig  # noqa: E402
 
 BASE = {"precision": "bf16", "attention": "sdpa", "optimizer": "fused"}
 COMPILE = {"compile_mode": "default", "compile_scope": "block"}
@@ -50,7 +51,7 @@ def wait_for(client, kinds, timeout: float):
 
 
 def run_trial(client, config: dict, steps: int, warmup: int, timeout: float) -> dict:
-    client.send(protocol.RunTrial(config, steps=steps, warmup_steps=warmup))
+    client.send(protocol.RunTrial(TuneConfig.from_dict(config), steps=steps, warmup_steps=warmup))
     event = wait_for(client, (protocol.TrialFinished, protocol.RunFailed), timeout)
     if event is None:
         return {"config": config, "status": "timeout", "message": f"no result in {timeout:.0f} s"}
@@ -165,7 +166,7 @@ def faults_run(args) -> dict:
     doc["environment"] = ready.environment
     try:
         config = {**BASE, "parallel": "ddp", "devices": n}
-        client.send(protocol.ApplyConfig(config, measure_steps=10_000))
+        client.send(protocol.ApplyConfig(TuneConfig.from_dict(config), measure_steps=10_000))
         for _ in range(10):
             wait_for(client, (protocol.StepMeasured,), 300)
         ranks = rank_pids(client.pid)
@@ -175,7 +176,7 @@ def faults_run(args) -> dict:
         noticed = time.monotonic() - killed_at
         left = [p for p in ranks if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        client.send(protocol.ApplyConfig(config, measure_steps=10_000))
+        client.send(protocol.ApplyConfig(TuneConfig.from_dict(config), measure_steps=10_000))
         step = wait_for(client, (protocol.StepMeasured,), 300)
         doc["kill"] = {
             "killed_rank": len(ranks) - 1, "message": failed.message if failed else None,
@@ -186,9 +187,11 @@ def faults_run(args) -> dict:
         print(json.dumps(doc["kill"]), flush=True)
         if args.device != "cuda":  # the CPU would swap, not fail
             return doc
-        # A real OOM: far more sequences per rank than a GPU holds.
+        # A real OOM: more sequences per rank than a GPU holds (bf16, no checkpointing), but
+        # few enough that the worker's fp32 reference for the global batch fits with its
+        # fallbacks (full checkpointing, 8 micro-batches) and does not take minutes first.
         big = {**config, "batch_size": n * args.oom_batch_per_gpu}
-        client.send(protocol.ApplyConfig(big, measure_steps=5))
+        client.send(protocol.ApplyConfig(TuneConfig.from_dict(big), measure_steps=5))
         started = time.monotonic()
         failed = wait_for(client, (protocol.RunFailed, protocol.TrialFinished), 300)
         doc["oom"] = {"kind": getattr(failed, "kind", None),
@@ -220,7 +223,7 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
     parser.add_argument("--fault-workload", default="gpt2-124m")
-    parser.add_argument("--oom-batch-per-gpu", type=int, default=1024)
+    parser.add_argument("--oom-batch-per-gpu", type=int, default=256)
     args = parser.parse_args()
     doc = faults_run(args) if args.faults else scaling_run(args)
     return 0 if doc else 1

@@ -107,6 +107,39 @@ def test_reference_gradients_split_into_micro_batches_equal_the_whole_batch():
         torch.testing.assert_close(split[name], whole[name], rtol=1e-4, atol=1e-6)
 
 
+def test_a_reference_attempt_that_runs_out_of_memory_is_gone_before_the_next_is_built():
+    """The fallbacks (full checkpointing, then micro-batches) exist for a reference that does not
+    fit; a failed attempt's model and graph must not stay alive beside the next one (on the
+    H200 they held the whole GPU, and a group's rank 0 on it then ran out of memory)."""
+    import dataclasses
+    import gc
+    import weakref
+
+    workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+    built, alive_at_build = [], []
+
+    def build_model():
+        gc.collect()
+        alive_at_build.append(sum(ref() is not None for ref in built))
+        model = workload.build_model()
+        built.append(weakref.ref(model))
+        return model
+
+    def loss(model, batch):
+        if batch[0].shape[0] > 2:  # a batch of more than 2 rows "does not fit"
+            out = workload.loss(model, batch)  # (a graph half built, as in a real OOM)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB.")
+        return workload.loss(model, batch)
+
+    small = dataclasses.replace(workload, build_model=build_model, loss=loss)
+    grads = reference_gradients(small, 8, 0, "cpu")
+    # plain, full checkpointing, then 2 and 4 micro-batches: 4 rows each, then 2 rows fit.
+    assert len(built) == 4 and grads is not None
+    assert alive_at_build == [0, 0, 0, 0]
+    gc.collect()
+    assert all(ref() is None for ref in built)
+
+
 FUSED_LAYER_NORM = TuneConfig.from_dict({"fused_kernels": ["layer_norm"]})
 
 

@@ -30,28 +30,45 @@ def reference_gradients(workload, batch_size: int, seed: int, device: str,
     Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
     micro-batches (the mean of equal micro-batch means is the batch mean), so that it fits
     wherever the candidate does. None when even that does not fit."""
-    from tuner_tui.engine.trial import Trainer, classify
+    from tuner_tui.engine.trial import classify, release_memory
 
     plain = TuneConfig.reference(batch_size).replace(grad_clip=grad_clip)
     attempts = [(plain, 1)] + [(plain.replace(checkpointing="full"), n) for n in (1, 2, 4, 8)]
-    for config, parts in attempts:
-        trainer = Trainer(workload=workload, config=config, device=device, seed=seed)
-        try:
-            trainer.build()
-            batch = workload.batch(0, trainer.batch_size, trainer.torch_device)
-            micro = _micro_batches(batch, parts)
-            if micro is None:
+    try:
+        for config, parts in attempts:
+            try:
+                grads = _attempt(workload, config, parts, seed, device)
+            except Exception as exc:
+                if classify(exc) != "oom":
+                    raise
                 continue
-            model = trainer.tuned.model
-            for part in micro:
-                loss = workload.loss(model, tuple(part) if parts > 1 else part)
-                (loss / parts).backward()
-            grads = collect(model)
-            del model, loss, batch, micro  # freed before the candidate is built
-            return grads
-        except Exception as exc:
-            if classify(exc) != "oom":
-                raise
-        finally:
-            trainer.close()
-    return None
+            if grads is not None:
+                return grads
+        return None
+    finally:
+        # A failed attempt's model and graph die with its frame; the blocks they held stay in
+        # this process's cache until emptied, out of reach of the next process (a group's rank 0
+        # shares this GPU: seen on the H200, where they held all 139 GiB of it).
+        release_memory()
+
+
+def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
+    """One try at the reference gradients, in its own frame: when it runs out of memory, its
+    model, batch and half-built graph go with the frame instead of lingering (as locals of a
+    loop) while the next, smaller try is built."""
+    from tuner_tui.engine.trial import Trainer
+
+    trainer = Trainer(workload=workload, config=config, device=device, seed=seed)
+    try:
+        trainer.build()
+        batch = workload.batch(0, trainer.batch_size, trainer.torch_device)
+        micro = _micro_batches(batch, parts)
+        if micro is None:
+            return None
+        model = trainer.tuned.model
+        for part in micro:
+            loss = workload.loss(model, tuple(part) if parts > 1 else part)
+            (loss / parts).backward()
+        return collect(model)
+    finally:
+        trainer.close()

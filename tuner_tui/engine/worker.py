@@ -168,7 +168,9 @@ class Worker:
             self.group = None
         if size and self.group is None:
             from tuner_tui.engine.group import RankGroup
+            from tuner_tui.engine.trial import release_memory
 
+            release_memory()  # what this process has cached on GPU 0 is rank 0's to use
             self.group = RankGroup(self.spec, self.device, size)
 
     def _build_trainer(self, trainer) -> None:
