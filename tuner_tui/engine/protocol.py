@@ -203,6 +203,10 @@ class TrialResult:
     memory_parts: dict = field(default_factory=dict)
     """Bytes on the training device after the first optimizer step, each storage counted once:
     {"parameters": ..., "gradients": ..., "optimizer_state": ...}; empty if no step ran."""
+    model_shape: dict = field(default_factory=dict)
+    """The transformer's shapes the memory model's priors use (`memory_prior.ModelShape`:
+    layers, hidden, intermediate, heads, kv_heads, vocab, seq_len); empty where the model does
+    not say them."""
     memory_estimate: dict = field(default_factory=dict)
     """The search's estimate of the peak made before the trial ran, part by part (parameters,
     gradients, optimizer_state, activations, total, basis: the trial it scaled from); empty

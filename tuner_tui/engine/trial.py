@@ -21,6 +21,7 @@ import torch
 import strategies
 from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine.memory_parts import memory_parts
+from tuner_tui.engine.model_shape import model_shape
 from tuner_tui.engine.gradients import GradientCheck, compare
 from tuner_tui.engine.mfu import Peak, peak_for
 from tuner_tui.engine.noise import quartiles
@@ -326,6 +327,8 @@ class Trainer:
             compile_s=self.first_step_s,
             strategy_report=self.report,
             memory_parts=self.memory_parts,
+            model_shape=(model_shape(self.tuned.model, self.workload.items_per_sample)
+                         if getattr(self, "tuned", None) is not None else {}),
             message=message,
             **self._gradient_fields(),
         )

@@ -16,6 +16,7 @@ from typing import Iterable
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
 from tuner_tui.engine.protocol import TrialResult, measured_peak
+from tuner_tui.engine.search.memory_prior import ModelShape, per_sample_bytes, step_bytes
 
 CHECKPOINT_PRIOR = 1.0
 """Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
@@ -138,30 +139,43 @@ def _differing(a: TuneConfig, b: TuneConfig) -> list[str]:
 
 
 def estimate(
-    config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
+    config: TuneConfig, measured: Iterable[TrialResult], default_batch: int,
+    shape: ModelShape | None = None,
 ) -> MemoryEstimate | None:
     """`config`'s peak from the trials measured so far: its parameters, gradients and optimizer
     state from the parameter count and their dtypes, and the rest (activations, logits and loss
-    buffers, compile overhead) per sample from the nearest measured configuration (the fewest
-    activation options different, then the closest micro-batch), times the micro-batch. Each
-    option that differs from the nearest scales the rest by the ratio measured between a pair of
-    trials differing in that option alone (full checkpointing over none, the fused loss over
-    HF's, ...); where no such pair was measured the ratio is 1 and the estimate is not `certain`
-    (it then never skips a trial). A trial measured without its parts counts its whole peak as
-    per-sample, which over-estimates larger micro-batches (the safe side). None when nothing
-    was measured."""
+    buffers, compile overhead) from the nearest measured configuration (the fewest activation
+    options different, then the closest micro-batch). Each option that differs from the nearest
+    scales what a sample holds by the ratio measured between a pair of trials differing in that
+    option alone (full checkpointing over none, the fused loss over HF's, ...); where no such
+    pair was measured the estimate is not `certain` (it then never skips a trial) and the ratio
+    is the prior's from the model's shapes (`memory_prior`), or 1 without them.
+
+    With the shapes (`shape`, else a measured trial's `model_shape`), what a step holds whatever
+    its micro-batch (`memory_prior.step_bytes`) is set apart before scaling by the micro-batch;
+    without them the whole rest is per-sample, which over-estimates larger micro-batches (the
+    safe side). A trial measured without its parts counts its whole peak as per-sample. None
+    when nothing was measured."""
     known = [(r.tune_config, r) for r in measured if measured_peak(r)]
     if not known:
         return None
     n_params = parameter_count(r for _, r in known)
+    if shape is None:
+        shape = next((s for s in (ModelShape.from_dict(r.model_shape) for _, r in known) if s),
+                     None)
+    if n_params is None:
+        shape = None  # the step's part needs the parameter count
 
     def micro(c: TuneConfig) -> int:
         return micro_batch(c, default_batch)
 
-    def rest(c: TuneConfig, r: TrialResult) -> float:
+    def once(c: TuneConfig) -> float:
+        return step_bytes(c, shape, n_params) if shape is not None else 0.0
+
+    def per_sample(c: TuneConfig, r: TrialResult) -> float:
         if n_params is None:
-            return measured_peak(r)
-        return max(1, measured_peak(r) - fixed_bytes(c, n_params))
+            return measured_peak(r) / micro(c)
+        return max(1, measured_peak(r) - fixed_bytes(c, n_params) - once(c)) / micro(c)
 
     def distance(item):
         c, _ = item
@@ -173,20 +187,35 @@ def estimate(
 
     near_config, near = min(known, key=distance)
     ratio, certain = 1.0, True
+    step = near_config
     for key in _differing(near_config, config):
         found = option_ratio(key, _activation_values(config, key),
-                             _activation_values(near_config, key), known, micro, rest)
+                             _activation_values(near_config, key), known, per_sample)
+        moved = _with_option(step, config, key)
         if found is None:
             certain = False
-        else:
-            ratio *= found
-    per_sample = rest(near_config, near) / micro(near_config) * ratio
+            if shape is not None:
+                found = per_sample_bytes(moved, shape) / max(1.0, per_sample_bytes(step, shape))
+        ratio *= found if found is not None else 1.0
+        step = moved
+    rest = per_sample(near_config, near) * ratio * micro(config) + once(config)
     statics = static_parts(config, n_params) if n_params is not None else (0, 0, 0)
     extra = data_parallel_bytes(config, n_params) if n_params is not None else 0
-    return MemoryEstimate(*statics, int(per_sample * micro(config)), extra, near.label, certain)
+    return MemoryEstimate(*statics, int(rest), extra, near.label, certain)
 
 
-def option_ratio(key, to_value, from_value, known, micro, rest) -> float | None:
+def _with_option(c: TuneConfig, target: TuneConfig, key: str) -> TuneConfig:
+    """`c` with `key` (and what goes with it) as in `target`, for a prior's ratio."""
+    if key == "checkpointing":
+        return c.replace(checkpointing=target.checkpointing,
+                         checkpoint_every=target.checkpoint_every)
+    if key == "fused_kernels":
+        return c.replace(fused_kernels=target.fused_kernels,
+                         kernels_with_compile=target.kernels_with_compile)
+    return c.replace(**{key: target[key]})
+
+
+def option_ratio(key, to_value, from_value, known, per_sample) -> float | None:
     """What a sample holds with `key` at `to_value` over `from_value`, the median over measured
     pairs of trials that differ in that option alone (batch, micro-batch and the options that
     only change parameters and state aside); None where no pair was measured."""
@@ -196,7 +225,7 @@ def option_ratio(key, to_value, from_value, known, micro, rest) -> float | None:
             continue
         for c2, r2 in known:
             if _activation_values(c2, key) == from_value and _differing(c, c2) == [key]:
-                ratios.append((rest(c, r) / micro(c)) / (rest(c2, r2) / micro(c2)))
+                ratios.append(per_sample(c, r) / per_sample(c2, r2))
     return statistics.median(ratios) if ratios else None
 
 

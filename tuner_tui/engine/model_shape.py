@@ -1,0 +1,34 @@
+"""The transformer shapes the memory model's priors use (`search.memory_prior.ModelShape`), read
+from a built model: a Hugging Face config (`model.config`) or a built-in workload's `shape`.
+{} where the model says neither (a CNN, a user's own module): the memory model then scales
+measured trials without priors."""
+
+from __future__ import annotations
+
+
+def _first(obj, *names):
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def model_shape(model, seq_len: int) -> dict:
+    # Under compile or DDP the user's model sits inside a wrapper.
+    for wrapper in ("_orig_mod", "module"):
+        model = getattr(model, wrapper, model)
+    src = getattr(model, "config", None) or getattr(model, "shape", None)
+    if src is None:
+        return {}
+    hidden = _first(src, "hidden_size", "n_embd")
+    heads = _first(src, "num_attention_heads", "n_head")
+    layers = _first(src, "num_hidden_layers", "n_layer")
+    vocab = _first(src, "vocab_size")
+    if not all(isinstance(v, int) for v in (hidden, heads, layers, vocab)):
+        return {}
+    # GPT-2's MLP is one up projection of 4h (n_inner None); count it as an intermediate of 4h.
+    intermediate = _first(src, "intermediate_size", "ffn_hidden", "n_inner") or 4 * hidden
+    kv_heads = _first(src, "num_key_value_heads", "n_kv_head") or heads
+    return {"layers": layers, "hidden": hidden, "intermediate": int(intermediate),
+            "heads": heads, "kv_heads": int(kv_heads), "vocab": vocab, "seq_len": int(seq_len)}

@@ -1,0 +1,118 @@
+"""Priors of the memory model, from a transformer's shapes: what a sample holds in activations
+and logits under a configuration, and what a step holds once whatever its micro-batch. The
+memory model (`memory.py`) uses them only in ratio to a measured trial or as the part that does
+not scale with the micro-batch, never as a peak on their own. Torch-free.
+
+Counts are per token and per decoder layer, in elements of an h-sized (hidden), kv-sized
+(key/value heads x head size) or i-sized (MLP intermediate) vector, for a Llama-style block
+(norm, q/k/v, SDPA, o, norm, gate/up, down); a GPT-2 block is close enough (its MLP is one
+up projection of 4h instead of two of i)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from strategies.config import TuneConfig
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    seq_len: int
+
+    @property
+    def kv(self) -> int:
+        """Elements of one token's key (or value) across the key/value heads."""
+        return self.hidden // self.heads * self.kv_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "ModelShape | None":
+        if not d:
+            return None
+        try:
+            return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def activation_bytes(config: TuneConfig) -> int:
+    """Bytes of one activation element: bf16/fp16 under autocast or bf16 weights, else fp32."""
+    return 2 if config.precision in ("bf16", "fp16") or config.weights == "bf16" else 4
+
+
+def _kept_per_layer(config: TuneConfig, s: ModelShape) -> tuple[float, float]:
+    """Elements one token keeps per layer for the backward, as (in activation dtype, in the
+    one-byte fp8 copies), with no checkpointing."""
+    h, kv, i = s.hidden, s.kv, s.intermediate
+    if config.compile_mode != "off":
+        # Inductor's partitioner recomputes the norms' statistics and the gate's activation:
+        # it keeps the residual stream and the normed inputs of the linears (4h), q, k, v,
+        # the attention output (h), gate, up and their product (the down projection's input).
+        kept, linear_inputs = 5 * h + 2 * kv + 3 * i, 2 * h + i
+    else:
+        # Eager keeps every op's inputs: both norms' input and output (4h), q/k/v and their
+        # rotated q/k (2h + 3kv), the attention output (h), gate, up, silu(gate), their product.
+        kept, linear_inputs = 7 * h + 3 * kv + 4 * i, 2 * h + i
+    if config.fp8 != "off":
+        # float8 training keeps the linears' inputs (the normed hidden twice, the MLP product)
+        # as one-byte copies in place of the activation dtype's.
+        return kept - linear_inputs, linear_inputs
+    return kept, 0
+
+
+def _selective_per_layer(s: ModelShape) -> float:
+    """What selective checkpointing keeps per token and layer: the block input and the outputs
+    of matmuls and attention (q, k, v, attention, o, gate, up, down); the norms and the MLP's
+    product are recomputed."""
+    return 5 * s.hidden + 2 * s.kv + 2 * s.intermediate
+
+
+def per_sample_bytes(config: TuneConfig, s: ModelShape) -> float:
+    """Activations and loss buffers one sample holds at the peak of forward and backward."""
+    b = activation_bytes(config)
+    kept, fp8 = _kept_per_layer(config, s)
+    layer = kept * b + fp8
+    if config.checkpointing == "selective":
+        layer = min(layer, _selective_per_layer(s) * b)
+    elif config.checkpointing in ("full", "every-n"):
+        every = config.checkpoint_every if config.checkpointing == "every-n" else 1
+        # A checkpointed block keeps its input; one block at a time is recomputed whole.
+        checkpointed = s.layers // every
+        per_token = (s.layers - checkpointed) * layer + checkpointed * s.hidden * b + layer
+        return s.seq_len * (per_token + _head_per_token(config, s, b))
+    if b == 4 and s.kv_heads < s.heads:
+        # SDPA's fused kernels need half precision for grouped-query attention: fp32 takes the
+        # math path, which keeps the softmax weights (heads x seq per token) for the backward.
+        layer += s.heads * s.seq_len * 4
+    return s.seq_len * (s.layers * layer + _head_per_token(config, s, b))
+
+
+def _head_per_token(config: TuneConfig, s: ModelShape, b: int) -> float:
+    """The logits: in the activation dtype, and the fp32 copy the loss takes (HF's
+    `logits.float()`); the fused linear + cross-entropy never holds them whole."""
+    if "linear_cross_entropy" in config.effective_kernels():
+        return 0
+    return s.vocab * (b + 4)
+
+
+def step_bytes(config: TuneConfig, s: ModelShape, n_params: int) -> float:
+    """What a step holds whatever its micro-batch: the larger of autocast's half-precision
+    copies of fp32 weights (kept from forward through backward) and the optimizer step's fp32
+    working copies of the largest matrix (the embedding or LM head: parameter, gradient and two
+    moments) where torchao's AdamW upcasts per tensor (bf16 weights, bf16 or 8-bit state). The
+    two never coexist: the step runs once the backward has freed the copies."""
+    autocast_copies = 0.0
+    if config.weights == "fp32" and config.precision in ("bf16", "fp16"):
+        autocast_copies = 2 * n_params
+    optimizer_copies = 0.0
+    if config.weights == "bf16" or config.optimizer_state in ("bf16", "8bit"):
+        optimizer_copies = 4 * 4 * s.vocab * s.hidden
+    return max(autocast_copies, optimizer_copies)
