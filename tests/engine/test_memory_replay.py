@@ -84,6 +84,17 @@ def _trial(config: TuneConfig, peak: int, n_params: int) -> TrialResult:
                        model_shape=TINY.to_dict())
 
 
+def test_under_fsdp2_the_step_part_is_per_shard_and_has_no_autocast_copies():
+    """FSDP2 gathers each block's parameters in the compute dtype (no whole-model autocast
+    copies) and torchao's AdamW upcasts this device's shard of each tensor, not the whole."""
+    n = 10_000_000
+    autocast = BASE.replace(weights="fp32", optimizer_state="fp32")
+    fsdp = {"parallel": "fsdp2", "devices": 4}
+    assert step_bytes(autocast.replace(**fsdp), TINY, n) == 0
+    assert step_bytes(BASE.replace(**fsdp), TINY, n) == step_bytes(BASE, TINY, n) / 4
+    assert step_bytes(autocast.replace(parallel="ddp", devices=4), TINY, n) == 2 * n
+
+
 def test_the_step_part_does_not_scale_with_the_micro_batch():
     n = 10**5
     measured = BASE.replace(batch_size=8, optimizer_state="bf16")

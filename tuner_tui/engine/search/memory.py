@@ -16,7 +16,7 @@ from typing import Iterable
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
 from tuner_tui.engine.protocol import TrialResult, measured_peak
-from tuner_tui.engine.search.memory_prior import ModelShape, per_sample_bytes, step_bytes
+from tuner_tui.engine.search.memory_prior import ModelShape, per_sample_bytes, shards, step_bytes
 
 CHECKPOINT_PRIOR = 1.0
 """Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
@@ -81,12 +81,6 @@ def parameter_count(measured: Iterable[TrialResult]) -> int | None:
             config = r.tune_config
             return int(parts["parameters"] * shards(config) / WEIGHT_BYTES[config.weights])
     return None
-
-
-def shards(config: TuneConfig) -> int:
-    """Into how many parts parameters, gradients and optimizer state are split: the devices
-    under FSDP2; 1 where every rank holds them whole (DDP, one device)."""
-    return config.devices if config.parallel == "fsdp2" else 1
 
 
 def static_parts(config: TuneConfig, n_params: int) -> tuple[int, int, int]:

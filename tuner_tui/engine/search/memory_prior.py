@@ -103,6 +103,12 @@ def _head_per_token(config: TuneConfig, s: ModelShape, b: int) -> float:
     return s.vocab * (b + 4)
 
 
+def shards(config: TuneConfig) -> int:
+    """Into how many parts parameters, gradients and optimizer state are split: the devices
+    under FSDP2; 1 where every rank holds them whole (DDP, one device)."""
+    return config.devices if config.parallel == "fsdp2" else 1
+
+
 def step_bytes(config: TuneConfig, s: ModelShape, n_params: int) -> float:
     """What a step holds whatever its micro-batch: the larger of autocast's half-precision
     copies of fp32 weights (kept from forward through backward) and the optimizer step's fp32
@@ -110,9 +116,11 @@ def step_bytes(config: TuneConfig, s: ModelShape, n_params: int) -> float:
     moments) where torchao's AdamW upcasts per tensor (bf16 weights, bf16 or 8-bit state). The
     two never coexist: the step runs once the backward has freed the copies."""
     autocast_copies = 0.0
-    if config.weights == "fp32" and config.precision in ("bf16", "fp16"):
+    # (FSDP2 gathers each block's parameters in the compute dtype instead, a block at a time.)
+    if config.weights == "fp32" and config.precision in ("bf16", "fp16") and shards(config) == 1:
         autocast_copies = 2 * n_params
     optimizer_copies = 0.0
     if config.weights == "bf16" or config.optimizer_state in ("bf16", "8bit"):
-        optimizer_copies = 4 * 4 * s.vocab * s.hidden
+        # Per tensor, on this device's shard of it.
+        optimizer_copies = 4 * 4 * s.vocab * s.hidden / shards(config)
     return max(autocast_copies, optimizer_copies)
