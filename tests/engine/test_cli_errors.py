@@ -285,3 +285,26 @@ def test_the_report_header_leaves_out_what_is_not_known():
     env = {"gpu_name": "NVIDIA H200", "torch": "2.13.0", "driver": "570.1", "cuda": "12.8"}
     assert describe_run(gpt, env) == ("gpt2-124m on NVIDIA H200, 1024 tokens per sample, default "
                                       "batch 16, torch 2.13.0, cuda 12.8, driver 570.1")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["bench", "--set", "micro_batch_size=3"],
+         ["micro_batch_size = 3 does not divide batch_size = 8", "1, 2, 4, 8"]),
+        (["bench", "--config", "{ddp3}"],
+         ["batch_size = 8 is not a multiple of devices = 3", "a batch_size of 6"]),
+        (["tune", "--set", "parallel=ddp", "--set", "devices=3", "--budget-minutes", "1"],
+         ["batch_size = 8 is not a multiple of devices = 3"]),
+    ],
+)
+def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune, tmp_path,
+                                                                         args, words):
+    """With batch_size = 0 the batch is the workload's default, known once the worker has loaded
+    it: the check comes then, still before any measurement."""
+    ddp3 = tmp_path / "ddp3.toml"
+    ddp3.write_text("[config]\nparallel = 'ddp'\ndevices = 3\n")
+    args = [a.replace("{ddp3}", str(ddp3)) for a in args]
+    proc = gputune(*args, "--device", "cpu", "--workload", "gpt2-tiny")
+    _check_user_error(proc, *words)
+    assert "measuring" not in proc.stdout

@@ -146,12 +146,15 @@ def run_bench(
     client, ready = start_worker(plan.spec)
     caps = Capabilities(**ready.capabilities)
     configs = apply_overrides(plan.configs, plan.overrides)
+    default_batch = ready.workload["default_batch_size"]
     try:
         if strict:
             for config in configs:
                 config.check_runnable(caps)
+                # (the workload's default batch is known only now, from the worker)
+                config.accumulation_steps(config.batch_size or default_batch)
         else:
-            configs, skipped = runnable(configs, caps)
+            configs, skipped = runnable(configs, caps, default_batch)
             if not configs:
                 raise ConfigError(f"no configuration can run on device = {caps.device}: "
                                   + skipped[0].partition(": ")[2])
@@ -161,7 +164,6 @@ def run_bench(
         client.stop()
         raise
     workload = ready.workload
-    default_batch = workload["default_batch_size"]
     references: dict[tuple[int, float], tuple[float, ...]] = {}
     results: list[protocol.TrialResult] = []
     total = len(configs)

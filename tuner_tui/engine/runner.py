@@ -182,11 +182,15 @@ def run_one(
     )
 
 
-def runnable(configs: list[TuneConfig], caps: Capabilities) -> tuple[list[TuneConfig], list[str]]:
+def runnable(configs: list[TuneConfig], caps: Capabilities,
+             default_batch: int) -> tuple[list[TuneConfig], list[str]]:
+    """The configurations this machine can run and whose batch the devices and the micro-batch
+    divide; a line for each of the others."""
     keep, skipped = [], []
     for config in configs:
         try:
             config.check_runnable(caps)
+            config.accumulation_steps(config.batch_size or default_batch)
             keep.append(config)
         except ConfigError as exc:
             skipped.append(f"{config.label()}: {exc}")

@@ -131,7 +131,10 @@ class Search:
             self.space = default_space(
                 self.caps, self.default_batch, self.plan.fixed, self.plan.choices
             )
-            self.space.start().check_runnable(self.caps)
+            start = self.space.start()
+            start.check_runnable(self.caps)
+            # The batch the devices and the micro-batch must divide is known only now.
+            start.accumulation_steps(start.batch_size or self.default_batch)
             check_devices(self.space.devices, self.caps.device, self.environment)
             # Per device: with several, each rank's peak counts against the budget.
             self.budget_bytes = (
