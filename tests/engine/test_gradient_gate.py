@@ -127,7 +127,7 @@ def test_a_reference_attempt_that_runs_out_of_memory_is_gone_before_the_next_is_
 
     def loss(model, batch):
         if batch[0].shape[0] > 2:  # a batch of more than 2 rows "does not fit"
-            out = workload.loss(model, batch)  # (a graph half built, as in a real OOM)
+            _graph = workload.loss(model, batch)  # (held by this frame, as in a real OOM)
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB.")
         return workload.loss(model, batch)
 
