@@ -70,6 +70,7 @@ class TuneConfig:
         fused_kernels: tuple[str, ...]
         kernels_with_compile: Literal["inductor-first", "all", "forced"]
         fp8: Literal["off", "tensorwise", "rowwise"]
+        fp8_layers: Literal["auto", "all"]
         checkpointing: Literal["off", "full", "every-n", "selective"]
         checkpoint_every: int
         parallel: Literal["none", "ddp", "fsdp2"]

@@ -4,7 +4,8 @@ Each chosen `nn.Linear` becomes torchao's Float8Linear: inputs, weights and outp
 are cast to float8 (e4m3) with dynamic scales, per tensor (tensorwise) or per row (rowwise), and
 the matmuls run on float8 tensor cores (compute capability 8.9+). Left out: the LM head (its
 weight is the output embedding or is tied to the input one; its error reaches the loss
-directly) and layers whose dims are not multiples of 16 (the float8 matmul's requirement).
+directly), layers whose dims are not multiples of 16 (the float8 matmul's requirement) and,
+with `fp8_layers = auto` (the default), layers too small for float8 to pay for its casts.
 Applied after the kernel swap (whose modules keep their nn.Linear children) and before
 checkpointing and compile, as torchtitan orders them; it is fastest under torch.compile.
 """
@@ -32,16 +33,32 @@ def lm_head_weights(model: nn.Module) -> set[int]:
     return heads
 
 
-def float8_filter(model: nn.Module):
+def float8_filter(model: nn.Module, recipe: str = "tensorwise", layers: str = "all"):
+    """Which linears to convert. `layers = auto` also leaves out those too small for float8 to
+    pay for its casts, by torchao's own thresholds for the recipe (from its H100 benchmarks;
+    e.g. tensorwise leaves out a Llama 1B's k and v projections, 2048 -> 512)."""
     heads = lm_head_weights(model)
+    big_enough = _large_enough(recipe) if layers == "auto" else None
 
     def keep(module: nn.Module, fqn: str) -> bool:
         if not isinstance(module, nn.Linear) or id(module.weight) in heads:
             return False
         out_features, in_features = module.weight.shape
-        return out_features % 16 == 0 and in_features % 16 == 0
+        if out_features % 16 or in_features % 16:
+            return False
+        return big_enough is None or big_enough(module, fqn)
 
     return keep
+
+
+def _large_enough(recipe: str):
+    """torchao's size filter for the recipe (an experimental API: where this torchao lacks it,
+    every linear counts as large enough)."""
+    try:
+        from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
+    except ImportError:
+        return None
+    return _auto_filter_for_recipe(recipe, filter_fqns=[])
 
 
 def apply(run, config) -> None:
@@ -53,12 +70,13 @@ def apply(run, config) -> None:
                           f"device = {run.device_type}")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    linears = [m for m in run.model.modules() if isinstance(m, nn.Linear)]
-    keep = float8_filter(run.model)
-    chosen = sum(1 for m in linears if keep(m, ""))
+    linears = [(name, m) for name, m in run.model.named_modules() if isinstance(m, nn.Linear)]
+    keep = float8_filter(run.model, config.fp8, config.fp8_layers)
+    chosen = sum(1 for name, m in linears if keep(m, name))
     convert_to_float8_training(
         run.model,
         module_filter_fn=keep,
         config=Float8LinearConfig.from_recipe_name(config.fp8),
     )
-    run.report["float8"] = {"linears": chosen, "of": len(linears), "recipe": config.fp8}
+    run.report["float8"] = {"linears": chosen, "of": len(linears), "recipe": config.fp8,
+                            "layers": config.fp8_layers}

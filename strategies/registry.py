@@ -146,6 +146,14 @@ STRATEGIES: tuple[Strategy, ...] = (
                 requires=("fp8",),
                 label="Float8",
             ),
+            ChoiceOption(
+                "fp8_layers",
+                "auto",
+                "Which linears fp8 converts: auto, those large enough for float8 to pay off "
+                "(torchao's size thresholds for the recipe); all, every one it can",
+                choices=("auto", "all"),
+                label="Float8 layers",
+            ),
         ),
     ),
     Strategy(

@@ -209,6 +209,26 @@ def test_float8_leaves_out_the_lm_head_and_odd_shapes():
     assert keep(TwoLayers().hidden, "hidden") and not keep(TwoLayers().out, "out")
 
 
+@pytest.mark.parametrize("recipe, kept", [
+    ("tensorwise", {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+    ("rowwise", {"gate_proj", "up_proj"}),
+])
+def test_float8_auto_leaves_out_the_linears_too_small_to_pay(recipe, kept):
+    """A Llama 1B's block (hidden 2048, 8 of 32 heads for k and v, MLP 8192), on the meta
+    device: with fp8_layers = auto, torchao's thresholds for the recipe decide; with all, every
+    linear whose dims are multiples of 16 is converted."""
+    from strategies.float8 import float8_filter
+
+    shapes = {"q_proj": (2048, 2048), "k_proj": (2048, 512), "v_proj": (2048, 512),
+              "o_proj": (2048, 2048), "gate_proj": (2048, 8192), "up_proj": (2048, 8192),
+              "down_proj": (8192, 2048)}
+    block = nn.ModuleDict({k: nn.Linear(*v, bias=False, device="meta") for k, v in shapes.items()})
+    auto = float8_filter(block, recipe, "auto")
+    every = float8_filter(block, recipe, "all")
+    assert {k for k, m in block.items() if auto(m, k)} == kept
+    assert all(every(m, k) for k, m in block.items())
+
+
 def test_labels_show_the_new_options():
     config = TuneConfig.from_dict({
         "precision": "bf16", "weights": "bf16", "fp8": "rowwise", "optimizer_state": "8bit",

@@ -36,7 +36,7 @@ SKIP_MARGIN = 1.15
 """An estimate skips a trial only when it is this far over the budget: near it, the trial runs
 and is measured."""
 
-ACTIVATION_KEYS = ("precision", "weights", "attention", "fused_kernels", "fp8", "checkpointing",
+ACTIVATION_KEYS = ("precision", "weights", "attention", "fused_kernels", "fp8", "fp8_layers", "checkpointing",
                    "checkpoint_every", "compile_mode", "compile_scope", "optimizer")
 """The options that change what a run holds besides parameters, gradients and optimizer state
 (activations, logits and loss buffers, autocast's weight copies, compiled graphs' buffers, the
