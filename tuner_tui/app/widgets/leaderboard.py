@@ -89,7 +89,10 @@ class Leaderboard(DataTable):
 
     def on_mount(self) -> None:
         for key, header, _ in COLUMNS:
-            self.add_column(header, key=key)
+            # The status column is as wide as its longest word from the start: DataTable widens
+            # a column only when it is idle, and a busy dashboard showed "numerics" as "numeri".
+            width = len("loss-mismatch") if key == "status" else None
+            self.add_column(header, key=key, width=width)
 
     def selected_number(self) -> int | None:
         if self.row_count == 0:
