@@ -31,6 +31,10 @@
 #             fp8 tensorwise, without, rowwise, and with every kernel kept under compile; the
 #             first two again, alternating; profiled; the recipe again              ~9 min
 #   fit-llama   issue 13 on llama-1b: the same levers and `tune --max-memory 24GiB`  ~9 min
+#   fit-free  issue 13, no memory budget: `tune` over the memory levers with every single lever
+#             (bf16 weights, the fused loss, fp8, 8-bit state, selective checkpointing, each on
+#             autocast + compile) measured in the same run (--compare); FIT_WORKLOAD picks the
+#             model (default the HF Llama; llama-1b)                                ~9.5 min
 #   trust     issue 14: `gputune tune` on gpt2-124m, fresh, over a small space: the report shows
 #             each row's spread and the leaders re-measured interleaved         ~4.5 min
 #   gradients issue 14: the gradient gate's figures on the H200 (cosine, norm ratio per
@@ -48,8 +52,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|trust|gradients|why|why-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -244,6 +248,21 @@ PY
       --json "$OUT/bench-hf-probe.json" > "$OUT/bench-hf-probe.log" 2>&1
     grep -v "^\[" "$OUT/bench-hf-probe.log" | grep -v -i warning | tail -40
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
+  fit-free)
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    w=${FIT_WORKLOAD:-examples.hf_causal_lm:llama}; name=${w##*:}; [ "$name" = llama ] && name=hf-llama
+    c=benchmarks/configs
+    gputune tune --workload "$w" --device cuda --set batch_size=4 --budget-minutes "${FIT_FREE_MINUTES:-6.5}" \
+      --trial-timeout 150 --steps 10 --remeasure 1 \
+      --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
+      --set optimizer=fused --search weights=fp32,bf16 --search optimizer_state=fp32,bf16,8bit \
+      --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy \
+      --search checkpointing=off,selective --search fp8=off,tensorwise \
+      --compare $c/fit-autocast-compile.toml --compare $c/fit-bf16-weights.toml \
+      --compare $c/lever-lce.toml --compare $c/lever-fp8.toml --compare $c/lever-8bit.toml \
+      --compare $c/lever-selective.toml \
+      --out "$OUT/tune-$name-free.toml" --json "$OUT/tune-$name-free.json" > "$OUT/tune-$name-free.log" 2>&1
+    grep -v "^\[" "$OUT/tune-$name-free.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
   fit-levers|fit-llama)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     if [ "$1" = fit-levers ]; then w=examples.hf_causal_lm:llama; name=hf-llama; else w=llama-1b; name=llama-1b; fi

@@ -33,9 +33,16 @@ from tuner_tui.engine import protocol  # noqa: E402
 from tuner_tui.engine.bench import start_worker  # noqa: E402
 from tuner_tui.engine.client import WorkerSpec  # noqa: E402
 from strategies import TuneConfig  # noqa: E402
+from strategies.registry import OPTIONS  # noqa: E402
 
 BASE = {"precision": "bf16", "attention": "sdpa", "optimizer": "fused"}
 COMPILE = {"compile_mode": "default", "compile_scope": "block"}
+# --knobs: the compiled groups again with the settings that trade memory for overlap: FSDP2
+# keeping the gathered parameters from forward to backward (no second all-gather), DDP with
+# larger buckets whose gradients are views into them.
+KNOBS = ({"parallel": "fsdp2", "fsdp_reshard": False},
+         {"parallel": "ddp", "ddp_bucket_mb": 100, "ddp_bucket_view": True})
+KNOB_KEYS = ("fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")
 GIB = 1024**3
 
 
@@ -65,47 +72,54 @@ def run_trial(client, config: dict, steps: int, warmup: int, timeout: float) -> 
 
 
 def summary(rows: list[dict], devices: int) -> list[dict]:
-    """Per compile mode and parallel mode: tokens/s, scaling, the peak of each rank."""
-    out = []
-    for compiled in (False, True):
-        def pick(parallel):
-            for r in rows:
-                c = r["config"]
-                if c.get("parallel", "none") == parallel and (c.get("compile_mode", "off") != "off") == compiled:
-                    return r
-            return None
+    """Per group row: tokens/s, scaling against the one-GPU row of the same compile mode, the
+    peak of each rank, and the knobs that differ from the defaults (--knobs rows)."""
+    def compiled(r):
+        return r["config"].get("compile_mode", "off") != "off"
 
-        one = pick("none")
-        for parallel in ("ddp", "fsdp2"):
-            group = pick(parallel)
-            if group is None:
-                continue
-            ok = group.get("status") == "ok" and one and one.get("status") == "ok"
-            out.append({
-                "compile": compiled,
-                "parallel": parallel,
-                "devices": devices,
-                "tokens_per_s": group.get("tokens_per_s"),
-                "tokens_per_s_one_gpu": one.get("tokens_per_s") if one else None,
-                "scaling": group["tokens_per_s"] / (devices * one["tokens_per_s"]) if ok else None,
-                "peak_gib_per_rank": [
-                    round(p["peak_memory_bytes"] / GIB, 2) if p.get("peak_memory_bytes") else None
-                    for p in group.get("per_rank", [])
-                ],
-                "peak_gib_one_gpu": round(one["peak_memory_bytes"] / GIB, 2)
-                if one and one.get("peak_memory_bytes") else None,
-                "status": group.get("status"),
-            })
+    out = []
+    for group in rows:
+        c = group["config"]
+        parallel = c.get("parallel", "none")
+        if parallel == "none":
+            continue
+        one = next((r for r in rows if r["config"].get("parallel", "none") == "none"
+                    and compiled(r) == compiled(group)), None)
+        ok = group.get("status") == "ok" and one and one.get("status") == "ok"
+        out.append({
+            "compile": compiled(group),
+            "parallel": parallel,
+            "knobs": knobs(c),
+            "devices": devices,
+            "tokens_per_s": group.get("tokens_per_s"),
+            "tokens_per_s_one_gpu": one.get("tokens_per_s") if one else None,
+            "scaling": group["tokens_per_s"] / (devices * one["tokens_per_s"]) if ok else None,
+            "peak_gib_per_rank": [
+                round(p["peak_memory_bytes"] / GIB, 2) if p.get("peak_memory_bytes") else None
+                for p in group.get("per_rank", [])
+            ],
+            "peak_gib_one_gpu": round(one["peak_memory_bytes"] / GIB, 2)
+            if one and one.get("peak_memory_bytes") else None,
+            "status": group.get("status"),
+        })
     return out
 
 
+def knobs(config: dict) -> dict:
+    """The data parallel knobs of `config` that are not at their defaults."""
+    return {k: config[k] for k in KNOB_KEYS if config.get(k, OPTIONS[k].default) != OPTIONS[k].default}
+
+
 def loss_agreement(rows: list[dict]) -> dict:
-    """Largest relative difference between the DDP and FSDP2 losses of the same compile mode."""
+    """Largest relative difference between the DDP and FSDP2 losses of the same compile mode
+    (the rows at default knobs)."""
     found = {}
     for compiled in (False, True):
         losses = {}
         for r in rows:
             c = r["config"]
+            if knobs(c):
+                continue
             if (c.get("compile_mode", "off") != "off") == compiled and r.get("losses"):
                 losses[c.get("parallel", "none")] = r["losses"]
         if "ddp" in losses and "fsdp2" in losses:
@@ -121,6 +135,9 @@ def scaling_run(args) -> dict:
         configs.append({**BASE, **extra, "batch_size": b})
         for parallel in ("ddp", "fsdp2"):
             configs.append({**BASE, **extra, "parallel": parallel, "devices": n, "batch_size": n * b})
+    if args.knobs:
+        for knobs in KNOBS:
+            configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
     client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
     doc = {"tool": "benchmarks/parallel_scaling.py", "workload": ready.workload,
            "environment": ready.environment, "devices": n, "per_gpu_batch": b,
@@ -221,6 +238,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--trial-timeout", type=float, default=300.0)
     parser.add_argument("--json")
+    parser.add_argument("--knobs", action="store_true",
+                        help="also the compiled groups with FSDP2 not resharding and DDP's larger "
+                             "bucket views")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
     parser.add_argument("--fault-workload", default="gpt2-124m")
     parser.add_argument("--oom-batch-per-gpu", type=int, default=256)
