@@ -16,7 +16,8 @@ H200 = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30
 COMMITTED = ["call1-fit/tune-hf-recipe-budget.json", "call1-fit/tune-hf-llama-24gib.json",
              "call2-fit-recipe/tune-hf-recipe-budget.json",
              "call7-fit-recipe/tune-hf-recipe-budget.json", "call6-fit-probe/bench-hf-probe.json",
-             "call1-fit/bench-hf-llama-levers.json"]
+             "call1-fit/bench-hf-llama-levers.json",
+             "call10-parallel-hf-two-tune/tune-2gpu-24gib.json"]  # two GPUs: DDP, FSDP2
 
 
 @pytest.mark.parametrize("name", COMMITTED)
@@ -93,6 +94,16 @@ def test_under_fsdp2_the_step_part_is_per_shard_and_has_no_autocast_copies():
     assert step_bytes(autocast.replace(**fsdp), TINY, n) == 0
     assert step_bytes(BASE.replace(**fsdp), TINY, n) == step_bytes(BASE, TINY, n) / 4
     assert step_bytes(autocast.replace(parallel="ddp", devices=4), TINY, n) == 2 * n
+
+
+def test_the_fused_swiglu_keeps_one_intermediate_vector_less_in_eager():
+    eager = BASE.replace(compile_mode="off")
+    fused = eager.replace(fused_kernels=("swiglu",))
+    saved = per_sample_bytes(eager, TINY) - per_sample_bytes(fused, TINY)
+    assert saved == TINY.seq_len * TINY.layers * TINY.intermediate * 2  # bf16
+    # Under compile Inductor fuses the MLP itself (inductor-first leaves SwiGLU to it).
+    compiled = BASE.replace(fused_kernels=("swiglu",))
+    assert per_sample_bytes(compiled, TINY) == per_sample_bytes(BASE, TINY)
 
 
 def test_the_step_part_does_not_scale_with_the_micro_batch():

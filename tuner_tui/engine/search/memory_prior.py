@@ -59,8 +59,10 @@ def _kept_per_layer(config: TuneConfig, s: ModelShape) -> tuple[float, float]:
         kept, linear_inputs = 5 * h + 2 * kv + 3 * i, 2 * h + i
     else:
         # Eager keeps every op's inputs: both norms' input and output (4h), q/k/v and their
-        # rotated q/k (2h + 3kv), the attention output (h), gate, up, silu(gate), their product.
-        kept, linear_inputs = 7 * h + 3 * kv + 4 * i, 2 * h + i
+        # rotated q/k (2h + 3kv), the attention output (h), gate, up, silu(gate), their product;
+        # the fused SwiGLU kernel recomputes silu(gate) in its backward instead of keeping it.
+        swiglu = "swiglu" in config.effective_kernels()
+        kept, linear_inputs = 7 * h + 3 * kv + (3 if swiglu else 4) * i, 2 * h + i
     if config.fp8 != "off":
         # float8 training keeps the linears' inputs (the normed hidden twice, the MLP product)
         # as one-byte copies in place of the activation dtype's.
