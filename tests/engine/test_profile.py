@@ -292,12 +292,12 @@ def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, mo
 # -- through the real worker ----------------------------------------------------------------------
 
 
-def _trial(workload, tmp_path=None, **trial):
+def _trial(workload, tmp_path=None, config=None, **trial):
     client = WorkerClient(WorkerSpec(workload=workload, device="cpu"))
     client.start()
     try:
         deadline = time.monotonic() + 300
-        client.send(P.RunTrial(TuneConfig.from_dict({}), **trial))
+        client.send(P.RunTrial(config or TuneConfig.from_dict({}), **trial))
         while time.monotonic() < deadline:
             event = client.wait_event(1.0)
             if isinstance(event, (P.TrialFinished, P.RunFailed)):
@@ -428,3 +428,22 @@ def test_a_gpu_profile_splits_the_gpu_timeline_and_rates_the_matmuls():
     assert 0.85 < counted / model < 1.05
     assert len(trainer.records) == len(measured.losses)  # the profiled steps left no records
     trainer.close()
+
+
+def test_a_group_is_profiled_in_its_ranks_where_it_trains(tmp_path):
+    """With devices > 1 the worker only drives the ranks: the profile must be theirs (the
+    worker's own timeline would be empty, all idle, and read as host-bound)."""
+    trace = tmp_path / "traces" / "ddp.json"
+    config = TuneConfig.from_dict({"parallel": "ddp", "devices": 2, "batch_size": 4})
+    done = _trial("gpt2-tiny", config=config, steps=3, warmup_steps=2, profile_steps=2,
+                  trace_path=str(trace))
+    assert isinstance(done, P.TrialFinished), done
+    profile = done.result.profile
+    _sums_to_one(profile)
+    (matmul,) = profile["matmul"]
+    assert matmul["tflops"] > 0 and profile["launches_per_step"] > 100
+    assert [r["rank"] for r in profile["ranks"]] == [0, 1]
+    assert all(r["bottleneck"] for r in profile["ranks"])
+    # gloo's all-reduce is in each rank's timeline (as NCCL's kernels are on a GPU)
+    assert all(r["communication"] > 0 for r in profile["ranks"])
+    assert sorted(p.name for p in trace.parent.iterdir()) == ["ddp-rank0.json", "ddp-rank1.json"]

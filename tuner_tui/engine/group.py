@@ -283,6 +283,19 @@ class GroupTrainer(Trainer):
     def restart_clock(self) -> None:
         self.group.call("restart_clock", timeout=SLOW_TIMEOUT_S)
 
+    def profile(self, steps: int, trace_path: str | None, measured_step_ms: float | None,
+                compile_before: dict | None = None) -> dict:
+        """The run's profile, taken in the ranks where it trains: rank 0's (its timeline holds
+        the collectives as every rank's does), with each rank's verdict and step time beside it."""
+        answers = self.group.call("profile", steps, trace_path, measured_step_ms,
+                                  timeout=SLOW_TIMEOUT_S, what="profile")
+        profile = dict(answers[0])
+        profile["ranks"] = [{"rank": r, "bottleneck": a.get("bottleneck"),
+                             "step_ms": a.get("step_ms"),
+                             "communication": (a.get("categories") or {}).get("communication")}
+                            for r, a in enumerate(answers)]
+        return profile
+
     def close(self) -> None:
         if self.group is not None and self.group.alive:
             with contextlib.suppress(RankFailed):

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from dataclasses import astuple, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner_tui.engine.protocol import WorkerSpec
@@ -97,6 +98,7 @@ class Rank:
     def __init__(self, spec: RankSpec) -> None:
         self.spec = spec
         self.trainer = None
+        self.compile_before: dict | None = None
         self.fault = _parse_fault(spec.worker.fault_injection, spec.rank)
 
     def setup(self) -> dict:
@@ -125,12 +127,15 @@ class Rank:
     def build(self, config: TuneConfig, warmup: int, device_name: str) -> dict:
         from tuner_tui.engine.trial import Trainer
 
+        from tuner_tui.engine.profiler import compile_counters
+
         self.close()
         self.trainer = Trainer(
             workload=self.workload, config=config, device=self.spec.device,
             seed=self.spec.worker.seed, warmup_steps=warmup, device_name=device_name,
             rank=self.spec.rank, world_size=self.spec.world_size,
         )
+        self.compile_before = compile_counters()
         self.trainer.build()
         flops = self.workload.flops_per_item
         model = self.trainer.tuned.model
@@ -148,6 +153,14 @@ class Rank:
 
     def finish(self) -> dict:
         return self._records(self.trainer.finish())
+
+    def profile(self, steps: int, trace_path: str | None, measured_step_ms: float | None) -> dict:
+        """This rank's profile of `steps` more steps (every rank profiles, since every rank must
+        step for the collectives to complete); a trace file per rank."""
+        if trace_path and self.spec.world_size > 1:
+            path = Path(trace_path)
+            trace_path = str(path.with_name(f"{path.stem}-rank{self.spec.rank}{path.suffix}"))
+        return self.trainer.profile(steps, trace_path, measured_step_ms, self.compile_before)
 
     def restart_clock(self) -> None:
         self.trainer.restart_clock()

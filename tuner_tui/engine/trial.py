@@ -402,6 +402,13 @@ class Trainer:
         base["message"] = check.message + (f"; {base['message']}" if base["message"] else "")
         return "numerics"
 
+    def profile(self, steps: int, trace_path: str | None, measured_step_ms: float | None,
+                compile_before: dict | None = None) -> dict:
+        """The profile (`profiler.profile_trainer`) of `steps` more steps of this measured run."""
+        from tuner_tui.engine.profiler import profile_trainer
+
+        return profile_trainer(self, steps, trace_path, measured_step_ms, compile_before)
+
     def close(self) -> None:
         self._pending.clear()
         self.tuned = None

@@ -301,11 +301,11 @@ class Worker:
                  trace_path: str | None) -> dict:
         """The profile of `steps` more steps of a measured run (see `profiler.py`); a profile
         that fails leaves the measured row as it is, with the reason."""
-        from tuner_tui.engine.profiler import profile_trainer
         from tuner_tui.engine.trial import describe_failure
 
         try:
-            return profile_trainer(trainer, steps, trace_path, result.step_ms, self.compile_before)
+            # (a group's ranks profile themselves: this process only drives them)
+            return trainer.profile(steps, trace_path, result.step_ms, self.compile_before)
         except Exception as exc:
             message = f"profile failed: {describe_failure(exc) or type(exc).__name__}"
             self.emit(protocol.WorkerLog("warning", message))
