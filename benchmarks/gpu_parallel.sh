@@ -10,9 +10,9 @@
 #    group), then a real out of memory on every rank                                   ~1-2 min
 # Results: $OUT/parallel-*.json and .log (each JSON is rewritten after every row, so a row cut
 # short by the time limit keeps the rows before it).
-# PARALLEL_PARTS (default "tests scaling faults") picks the parts; PARALLEL_ARGS=--knobs adds the
-# compiled groups with FSDP2 not resharding and DDP's larger bucket views (about 1.5 min more
-# per workload: give each PARALLEL_LIMIT_S=290).
+# PARALLEL_PARTS (default "tests scaling faults") picks the parts; PARALLEL_ARGS="--knobs
+# --profile" adds the compiled groups with FSDP2 not resharding and DDP's larger bucket views,
+# and profiles the compiled rows (about 1.5 min more per workload: PARALLEL_LIMIT_S=290).
 set -uo pipefail
 . benchmarks/gpu_env.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

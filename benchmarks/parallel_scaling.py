@@ -57,8 +57,10 @@ def wait_for(client, kinds, timeout: float):
     return None
 
 
-def run_trial(client, config: dict, steps: int, warmup: int, timeout: float) -> dict:
-    client.send(protocol.RunTrial(TuneConfig.from_dict(config), steps=steps, warmup_steps=warmup))
+def run_trial(client, config: dict, steps: int, warmup: int, timeout: float,
+              profile_steps: int = 0) -> dict:
+    client.send(protocol.RunTrial(TuneConfig.from_dict(config), steps=steps, warmup_steps=warmup,
+                                  profile_steps=profile_steps))
     event = wait_for(client, (protocol.TrialFinished, protocol.RunFailed), timeout)
     if event is None:
         return {"config": config, "status": "timeout", "message": f"no result in {timeout:.0f} s"}
@@ -145,13 +147,21 @@ def scaling_run(args) -> dict:
     try:
         for config in configs:
             started = time.monotonic()
-            row = run_trial(client, config, args.steps, args.warmup, args.trial_timeout)
+            # --profile: a few more steps of each compiled row, after its measured ones, to see
+            # what the collectives cost (the profile's communication share and verdict).
+            profiled = args.profile and config.get("compile_mode", "off") != "off"
+            row = run_trial(client, config, args.steps, args.warmup, args.trial_timeout,
+                            profile_steps=3 if profiled else 0)
             row["wall_s"] = round(time.monotonic() - started, 1)
             doc["rows"].append(row)
             tps = row.get("tokens_per_s")
             print(f"{row.get('label', config)}: {row.get('status')} "
                   f"{tps and f'{tps / 1e3:.1f}k tokens/s'} {row.get('message', '')} "
                   f"({row['wall_s']} s)", flush=True)
+            p = row.get("profile") or {}
+            if p.get("categories"):
+                shares = ", ".join(f"{k} {v:.0%}" for k, v in p["categories"].items() if v >= 0.01)
+                print(f"  profile: {p.get('bottleneck')}: {p.get('evidence')}; {shares}", flush=True)
             doc["scaling"] = summary(doc["rows"], n)
             doc["ddp_vs_fsdp2_loss_rel_diff"] = loss_agreement(doc["rows"])
             write(args.json, doc)
@@ -241,6 +251,8 @@ def main() -> int:
     parser.add_argument("--knobs", action="store_true",
                         help="also the compiled groups with FSDP2 not resharding and DDP's larger "
                              "bucket views")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile each compiled row after its measured steps")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
     parser.add_argument("--fault-workload", default="gpt2-124m")
     parser.add_argument("--oom-batch-per-gpu", type=int, default=256)
