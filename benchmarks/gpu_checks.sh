@@ -44,6 +44,8 @@
 #             64; then one configuration unprofiled and profiled, side by side     ~5.5 min
 #   two-tune  issue 15 (nvidia-h200-x2): `gputune tune --set devices=2` on the HF Llama with a
 #             per-GPU budget of 24 GiB: DDP against FSDP2, chosen by the search      ~9 min
+#   fit-screenshot  issue 13: the dashboard's memory panel on the HF Llama with a 20 GiB budget,
+#             after the configuration the fit search found inside the recipe's memory     ~2 min
 #   kernel-decisions  issues 17 and 16: the fused-kernels strategy's measured decisions (GPT-2,
 #             Llama 1B), their GPU test, and the profile's matmul TFLOP/s GPU test    ~3 min
 #   why-screenshot  the dashboard's profile panel (key x) on bf16 eager at batch 1, for the
@@ -52,8 +54,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -194,6 +196,13 @@ PY
       --set precision=bf16,attention=sdpa,batch_size=1 --profile --size 160x50 \
       --out "$OUT/profile-h200.svg" --json "$OUT/profile-h200.json" 2>"$OUT/profile-stderr.txt"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rows'][-1]; p=r['profile']; print(r['label'], p.get('bottleneck'), p.get('evidence'), p.get('categories'))" "$OUT/profile-h200.json" ;;
+  fit-screenshot)
+    export TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    python3 -m tuner_tui.app.screenshot --workload examples.hf_causal_lm:llama --device cuda \
+      --set precision=bf16,weights=bf16,optimizer_state=bf16,attention=sdpa,compile_mode=default,optimizer=fused,fused_kernels=rms_norm+swiglu+linear_cross_entropy,checkpointing=selective,batch_size=4 \
+      --max-memory 20GiB --size 160x50 --after 8 \
+      --out "$OUT/memory-h200.svg" --json "$OUT/memory-h200.json" 2>"$OUT/memory-stderr.txt"
+    python3 -c "import json,sys; [print(r['label'], r['status'], r.get('tokens_per_s'), r.get('peak_memory_bytes'), r.get('memory_parts')) for r in json.load(open(sys.argv[1]))['rows']]" "$OUT/memory-h200.json" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
     # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).
