@@ -7,7 +7,6 @@ Tests marked `gpu` are skipped where CUDA is absent.
 """
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -21,11 +20,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-# One Inductor cache for the whole session, subprocesses included (each CLI test has its own
-# gputune home, whose cache would start cold): tests that compile the same tiny model reuse
-# the compiled graphs, as a user's runs do. The tests of the cache's own placement unset it.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gputune-test-inductor-"))
 
 import pytest  # noqa: E402
 
