@@ -207,7 +207,8 @@ def home(tmp_path, monkeypatch):
 
 
 def _search(store, runner, **plan):
-    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection=plan.pop("fault", None))
+    spec = WorkerSpec(workload=plan.pop("workload", "gpt2-tiny"), device="cpu",
+                      fault_injection=plan.pop("fault", None))
     # Fused kernels are held off: tests run Triton's interpreter (TRITON_INTERPRET=1), slowly.
     fixed = {"compile_mode": "off", "attention": "manual", "checkpointing": "off",
              "optimizer": "plain", "fused_kernels": (), **MEMORY_LEVERS_HELD}
@@ -304,7 +305,10 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
     store = ResultStore(home / "results.sqlite3")
     fixed = {"compile_mode": "default", "compile_scope": "model", "precision": "fp32",
              "batch_size": 0}
-    outcome, log = _search(store, CountingRunner(), fixed=fixed, max_memory_bytes=2**40)
+    # A small MLP: what is checked is the cache and the compile time, not the model (a CPU
+    # compile of it takes a few seconds, of gpt2-tiny twenty).
+    outcome, log = _search(store, CountingRunner(), fixed=fixed, max_memory_bytes=2**40,
+                           workload="tests.engine.user_workloads:tiny_mlp")
     # The fp32 eager reference runs first (the losses to check against), then the compiled one.
     # It is the same reference bench and the worker use: TuneConfig.reference, with SDPA.
     eager, compiled = outcome.results
