@@ -446,4 +446,8 @@ def test_a_group_is_profiled_in_its_ranks_where_it_trains(tmp_path):
     assert all(r["bottleneck"] for r in profile["ranks"])
     # gloo's all-reduce is in each rank's timeline (as NCCL's kernels are on a GPU)
     assert all(r["communication"] > 0 for r in profile["ranks"])
+    from tuner_tui.engine.profile import describe
+
+    (line,) = [ln for ln in describe(profile) if ln.startswith("ranks: ")]
+    assert line.startswith("ranks: 0 ") and "; 1 " in line and "communication" in line
     assert sorted(p.name for p in trace.parent.iterdir()) == ["ddp-rank0.json", "ddp-rank1.json"]

@@ -509,6 +509,10 @@ def describe(profile: dict, width: int = 100) -> list[str]:
     if rates := flop_line(profile):
         lines.append(rates)
     lines.append(f"bottleneck: {profile['bottleneck']}: {profile['evidence']}")
+    if len(profile.get("ranks") or ()) > 1:  # a worker group: each rank's own verdict
+        lines.append("ranks: " + "; ".join(
+            f"{r['rank']} {r['bottleneck']}, {r['step_ms']:.1f} ms, communication "
+            f"{r['communication'] or 0:.0%}" for r in profile["ranks"]))
     for s in profile["suggestions"]:
         lines.append(f"  try {s}")
     for k in profile["top_kernels"][:5]:
