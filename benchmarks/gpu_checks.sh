@@ -205,9 +205,10 @@ PY
     python3 -c "import json,sys; [print(r['label'], r['status'], r.get('tokens_per_s'), r.get('peak_memory_bytes'), r.get('memory_parts')) for r in json.load(open(sys.argv[1]))['rows']]" "$OUT/memory-h200.json" ;;
   kernels)
     python3 -m pytest -m gpu -q tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" | tail -3
-    # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question).
+    # KERNELS_ONLY=2048-\>128256 measures only llama-1b's LM head (the chunk-size question);
+    # KERNELS_ONLY=LayerNorm,RMSNorm,GELU,linear+CE the cases of issue 17.
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
-      2>&1 | tee "$OUT/kernels.log" | tail -20 ;;
+      2>&1 | tee "$OUT/kernels.log" | tail -40 ;;
   fit-recipe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     budget=$(recipe_budget)

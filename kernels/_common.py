@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import torch
+from torch._library import triton as _torch_triton
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 #: dtypes the kernels compute in (fp32 accumulation inside for all of them).
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -19,7 +21,7 @@ def interpreting() -> bool:
 
 
 def check_device(op: str, name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
+    if t.is_cuda:  # cheaper than t.device, which builds a device object
         return
     if t.device.type == "cpu" and interpreting():
         return
@@ -76,6 +78,24 @@ def rows_of(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1, t.shape[-1]) if t.dim() > 0 else t.contiguous().view(1, 1)
 
 
+def row_count(t: torch.Tensor) -> int:
+    """Rows of t over its last dim, without building a view (each view costs a microsecond or two)."""
+    n_cols = t.shape[-1]
+    return t.numel() // n_cols if n_cols else 0
+
+
+_ROW_PARAMS: dict[int, tuple[int, int]] = {}
+
+
+def row_params(n_cols: int) -> tuple[int, int]:
+    """(block, warps) for a single-block row kernel, cached per row length."""
+    params = _ROW_PARAMS.get(n_cols)
+    if params is None:
+        block = 1 << max(0, int(n_cols) - 1).bit_length()  # next power of 2
+        params = _ROW_PARAMS[n_cols] = (block, warps_for(block))
+    return params
+
+
 def warps_for(block: int) -> int:
     """Warps per program for a row block of `block` elements."""
     if block >= 16384:
@@ -93,9 +113,16 @@ def program_count(device: torch.device) -> int:
     It does not depend on the number of rows (programs past the last row store zero partial
     sums), so that a compiled graph with a dynamic batch size does not specialize on it.
     """
-    if device.type == "cuda":
-        return 4 * torch.cuda.get_device_properties(device).multi_processor_count
-    return 4
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _PROGRAMS.get(index)
+    if count is None:
+        count = _PROGRAMS[index] = 4 * torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+_PROGRAMS: dict[int, int] = {}
 
 
 def tracing_interpreted(t: torch.Tensor) -> bool:
@@ -105,7 +132,7 @@ def tracing_interpreted(t: torch.Tensor) -> bool:
     wrap_triton hands back the raw interpreted kernel, which would read a fake tensor's data.
     The launchers then skip the launch: tracing needs only the outputs' shapes and dtypes.
     """
-    if not interpreting():
+    if type(t) in _PLAIN_TENSORS or not interpreting():
         return False
     from torch._subclasses.fake_tensor import FakeTensor
     from torch._subclasses.functional_tensor import FunctionalTensor
@@ -128,18 +155,32 @@ def fast_path(args) -> bool:
     """True when args can skip the custom op: eager, no dispatch mode, plain tensors only."""
     if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         return False  # vmap / grad wrap tensors the raw kernels cannot read
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
     if _get_current_dispatch_mode() is not None:
         return False
-    return all(type(a) in _PLAIN_TENSORS for a in args if isinstance(a, torch.Tensor))
+    for a in args:
+        if isinstance(a, torch.Tensor) and type(a) not in _PLAIN_TENSORS:
+            return False
+    return True
+
+
+class _RawTriton:
+    """set_wrap_triton_enabled(False) without contextlib's generator (a few us per call)."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self):
+        self.prev = _torch_triton.is_wrap_triton_enabled()
+        _torch_triton.wrap_triton_enabled.value = False
+
+    def __exit__(self, *exc):
+        _torch_triton.wrap_triton_enabled.value = self.prev
 
 
 def raw_triton():
     """Context in which torch.library.wrap_triton hands back the plain kernel (no tracing)."""
-    from torch._library.triton import set_wrap_triton_enabled
-
-    return set_wrap_triton_enabled(False)
+    if hasattr(_torch_triton, "wrap_triton_enabled"):
+        return _RawTriton()
+    return _torch_triton.set_wrap_triton_enabled(False)
 
 
 def eager_function(name, impl, setup_context, backward):

@@ -89,6 +89,39 @@ def default_chunk_rows(n_rows: int, vocab: int, itemsize: int) -> int:
     return max(1, min(rows, n_rows))
 
 
+def working_set_bytes(n_rows: int, hidden: int, vocab: int, itemsize: int, chunk_rows: int,
+                      has_bias: bool = False) -> int:
+    """Peak bytes one forward+backward ('mean' or 'sum') allocates above its inputs.
+
+    grad_weight (V x H) and grad_hidden (N x H) in the inputs' dtype, the outputs the caller
+    gets; one chunk of logits (C x V, the inputs' dtype, turned into its gradient in place);
+    the fp32 loss per row and, with a bias, its fp32 gradient. On the H200 the measured peaks
+    (benchmarks/results/kernels-h200-linear-ce.json) were this plus at most the allocator's
+    rounding of a block (0.04 to 0.75 MiB): grad_weight and grad_hidden are most of it, and only
+    the chunk is ours to choose.
+    """
+    chunk = min(chunk_rows, n_rows)
+    return ((vocab * hidden + n_rows * hidden + chunk * vocab) * itemsize + n_rows * 4
+            + (vocab * 4 if has_bias else 0))
+
+
+def chunk_rows_for_budget(n_rows: int, hidden: int, vocab: int, itemsize: int, budget_bytes: int,
+                          has_bias: bool = False) -> int:
+    """The most rows per chunk (a multiple of 16, GEMM-friendly) whose working set fits budget_bytes.
+
+    Raises ValueError when not even 16 rows fit (the gradients alone may exceed the budget).
+    """
+    fixed = working_set_bytes(n_rows, hidden, vocab, itemsize, 0, has_bias)
+    rows = (budget_bytes - fixed) // (vocab * itemsize) // 16 * 16
+    if rows < 16:
+        need = working_set_bytes(n_rows, hidden, vocab, itemsize, 16, has_bias)
+        raise ValueError(
+            f"fused_linear_cross_entropy: a working set of {budget_bytes / 2**30:.3f} GiB is too small for "
+            f"{n_rows} rows of {hidden} -> {vocab}; 16 rows per chunk need {need / 2**30:.3f} GiB"
+        )
+    return int(min(rows, max(n_rows, 1)))
+
+
 def _chunked(
     hidden: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], target: torch.Tensor,
     ignore_index: int, scale: torch.Tensor, want_grad: bool, chunk_rows: int,

@@ -1,9 +1,11 @@
 """LayerNorm over the last dim: forward and backward Triton kernels with weight and bias grads.
 
-The forward keeps one row per program in registers and saves the row's mean and 1/std (fp32).
-The backward runs a persistent grid: each program walks rows ``pid, pid + P, ...``, writes dx
-for each, and sums its share of dweight and dbias in fp32 registers; the P partial sums are
-added by one small torch reduction. x, dy and dx cross device memory once each.
+The forward keeps one row per program in registers and saves the row's mean and 1/std (fp32,
+in one (2, rows) buffer). The backward runs a persistent grid: each program walks rows
+``pid, pid + P, ...``, writes dx for each, and sums its share of dweight and dbias in fp32
+registers; a second small kernel (_partial_sums) adds the P partial sums and writes both grads
+in the weight's dtype. x, dy and dx cross device memory once each; a forward and backward is
+three launches and no torch compute op, as few host calls as eager torch's own LayerNorm.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _partial_sums
+from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
 @triton.jit
 def _layer_norm_fwd_kernel(
-    x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols, eps,
+    x_ptr, w_ptr, b_ptr, y_ptr, stats_ptr, n_rows, n_cols, eps,
     HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -35,14 +38,13 @@ def _layer_norm_fwd_kernel(
     if HAS_BIAS:
         y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * n_cols + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-    tl.store(mean_ptr + row, mean)
-    tl.store(rstd_ptr + row, rstd)
+    tl.store(stats_ptr + row, mean)
+    tl.store(stats_ptr + n_rows + row, rstd)
 
 
 @triton.jit
 def _layer_norm_bwd_kernel(
-    dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
-    n_rows, n_cols, n_programs,
+    dy_ptr, x_ptr, w_ptr, stats_ptr, dx_ptr, part_ptr, n_rows, n_cols, n_programs,
     HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -55,8 +57,8 @@ def _layer_norm_bwd_kernel(
         off = tl.cast(row, tl.int64) * n_cols + cols
         x = tl.load(x_ptr + off, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + off, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + row)
-        rstd = tl.load(rstd_ptr + row)
+        mean = tl.load(stats_ptr + row)
+        rstd = tl.load(stats_ptr + n_rows + row)
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         wdy = dy * w
         c1 = tl.sum(xhat * wdy, axis=0) / n_cols
@@ -66,50 +68,52 @@ def _layer_norm_bwd_kernel(
         dw += dy * xhat
         if HAS_BIAS:
             db += dy
-    tl.store(dw_part_ptr + pid * n_cols + cols, dw, mask=mask)
+    # part is (1 or 2, n_programs, n_cols): dweight's partial sums, then dbias's.
+    tl.store(part_ptr + pid * n_cols + cols, dw, mask=mask)
     if HAS_BIAS:
-        tl.store(db_part_ptr + pid * n_cols + cols, db, mask=mask)
+        tl.store(part_ptr + (n_programs + pid) * n_cols + cols, db, mask=mask)
 
 
 def _layer_norm_impl(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], eps: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x2 = _common.rows_of(x)
-    rows, n_cols = x2.shape
-    y = torch.empty_like(x2)
-    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-    if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(int(n_cols))
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.contiguous()
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    y = torch.empty_like(x)
+    stats = torch.empty((2, rows), dtype=torch.float32, device=x.device)  # mean, 1/std
+    if rows > 0 and not _common.tracing_interpreted(x):
+        block, warps = _common.row_params(n_cols)
         has_bias = bias is not None
         wrap_triton(_layer_norm_fwd_kernel)[(rows,)](
-            x2, weight.contiguous(), bias.contiguous() if has_bias else weight, y, mean, rstd, n_cols, eps,
-            HAS_BIAS=has_bias, BLOCK=block, num_warps=_common.warps_for(block),
+            x, weight.contiguous(), bias.contiguous() if has_bias else weight, y, stats, rows, n_cols, eps,
+            HAS_BIAS=has_bias, BLOCK=block, num_warps=warps,
         )
-    return y.view(x.shape), mean, rstd
+    return y, stats
 
 
 def _layer_norm_backward_impl(
-    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-    has_bias: bool,
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stats: torch.Tensor, has_bias: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x2 = _common.rows_of(x)
-    dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
-    rows, n_cols = x2.shape
-    dx = torch.empty_like(x2)
+    x = x.contiguous()
+    dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    dx = torch.empty_like(x)
+    dw = torch.empty(n_cols, dtype=weight.dtype, device=x.device)
+    db = torch.empty(n_cols if has_bias else 0, dtype=weight.dtype, device=x.device)
     programs = _common.program_count(x.device)
     # Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
-    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
-    db_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device) if has_bias else dw_part
-    if not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(int(n_cols))
+    part = torch.empty((2 if has_bias else 1, programs, n_cols), dtype=torch.float32, device=x.device)
+    if n_cols > 0 and not _common.tracing_interpreted(x):
+        block, warps = _common.row_params(n_cols)
         wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
-            dy2, x2, weight.contiguous(), mean, rstd, dx, dw_part, db_part, rows, n_cols, programs,
-            HAS_BIAS=has_bias, BLOCK=block, num_warps=_common.warps_for(block),
+            dy, x, weight.contiguous(), stats, dx, part, rows, n_cols, programs,
+            HAS_BIAS=has_bias, BLOCK=block, num_warps=warps,
         )
-    dw = dw_part.sum(0).to(weight.dtype)
-    db = db_part.sum(0).to(weight.dtype) if has_bias else weight.new_empty(0)
-    return dx.view(x.shape), dw, db
+        wrap_triton(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
+            part, dw, db, programs, n_cols, TWO=has_bias,
+            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
+        )
+    return dx, dw, db
 
 
 _layer_norm_op = triton_op("gputune::layer_norm", mutates_args={})(_layer_norm_impl)
@@ -117,20 +121,21 @@ _layer_norm_backward_op = triton_op("gputune::layer_norm_backward", mutates_args
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.set_materialize_grads(False)  # mean and rstd get no gradient: build no zeros for them
+    ctx.set_materialize_grads(False)  # the stats get no gradient: build no zeros for them
     x, weight, bias, _ = inputs
-    _, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, output[1])
     ctx.bias_dtype = bias.dtype if bias is not None else None
 
 
-def _backward(ctx, dy, _dmean, _drstd):
-    x, weight, mean, rstd = ctx.saved_tensors
+def _backward(ctx, dy, _dstats):
+    x, weight, stats = ctx.saved_tensors
+    has_bias = ctx.bias_dtype is not None
     dx, dw, db = _common.call_backward(
-        _layer_norm_backward_op, _layer_norm_backward_impl, dy, x, weight, mean, rstd, ctx.has_bias
+        _layer_norm_backward_op, _layer_norm_backward_impl, dy, x, weight, stats, has_bias
     )
-    return dx, dw, (db.to(ctx.bias_dtype) if ctx.has_bias else None), None
+    if has_bias and db.dtype != ctx.bias_dtype:  # a bias in another dtype than the weight
+        db = db.to(ctx.bias_dtype)
+    return dx, dw, (db if has_bias else None), None
 
 
 _layer_norm_op.register_autograd(_backward, setup_context=_setup_context)

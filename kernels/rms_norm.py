@@ -2,8 +2,9 @@
 
 y = x / sqrt(mean(x^2) + eps) * weight. The forward keeps one row per program in registers
 and saves 1/rms (fp32). The backward runs a persistent grid: each program walks rows
-``pid, pid + P, ...``, writes dx and sums its share of dweight in fp32 registers; one small
-torch reduction adds the P partial sums.
+``pid, pid + P, ...``, writes dx and sums its share of dweight in fp32 registers; a second
+small kernel (_partial_sums) adds the P partial sums and writes dweight in the weight's dtype.
+A forward and backward is three launches and no torch compute op.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _partial_sums
+from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
 @triton.jit
@@ -55,35 +57,39 @@ def _rms_norm_bwd_kernel(
 
 
 def _rms_norm_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    x2 = _common.rows_of(x)
-    rows, n_cols = x2.shape
-    y = torch.empty_like(x2)
+    x = x.contiguous()
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    y = torch.empty_like(x)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-    if rows > 0 and not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(int(n_cols))
+    if rows > 0 and not _common.tracing_interpreted(x):
+        block, warps = _common.row_params(n_cols)
         wrap_triton(_rms_norm_fwd_kernel)[(rows,)](
-            x2, weight.contiguous(), y, rstd, n_cols, eps, BLOCK=block, num_warps=_common.warps_for(block)
+            x, weight.contiguous(), y, rstd, n_cols, eps, BLOCK=block, num_warps=warps
         )
-    return y.view(x.shape), rstd
+    return y, rstd
 
 
 def _rms_norm_backward_impl(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    x2 = _common.rows_of(x)
-    dy2 = _common.rows_of(dy)  # grads of y.sum() arrive expanded (stride 0)
-    rows, n_cols = x2.shape
-    dx = torch.empty_like(x2)
+    x = x.contiguous()
+    dy = dy.contiguous()  # grads of y.sum() arrive expanded (stride 0)
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    dx = torch.empty_like(x)
+    dw = torch.empty(n_cols, dtype=weight.dtype, device=x.device)
     programs = _common.program_count(x.device)
     # Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
-    dw_part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
-    if not _common.tracing_interpreted(x2):
-        block = triton.next_power_of_2(int(n_cols))
+    part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
+    if n_cols > 0 and not _common.tracing_interpreted(x):
+        block, warps = _common.row_params(n_cols)
         wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
-            dy2, x2, weight.contiguous(), rstd, dx, dw_part, rows, n_cols, programs,
-            BLOCK=block, num_warps=_common.warps_for(block),
+            dy, x, weight.contiguous(), rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps,
         )
-    return dx.view(x.shape), dw_part.sum(0).to(weight.dtype)
+        wrap_triton(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
+            part, dw, dw, programs, n_cols, TWO=False,
+            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
+        )
+    return dx, dw
 
 
 _rms_norm_op = triton_op("gputune::rms_norm", mutates_args={})(_rms_norm_impl)

@@ -39,3 +39,29 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
         actual.detach().to(torch.float64), expected.detach().to(torch.float64),
         atol=atol * scale, rtol=rtol * scale, msg=lambda m: f"{what} ({dtype}): {m}",
     )
+
+
+#: aten ops that allocate or make views: no kernel runs on the device for them.
+_NO_DEVICE_WORK = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::view", "aten::as_strided",
+                   "aten::detach", "aten::alias", "aten::contiguous", "aten::slice"}
+
+
+def device_work(monkeypatch, step) -> tuple[list[str], set[str]]:
+    """(the Triton kernels `step` launches, the aten ops it runs that do device work).
+
+    Launches are counted and replaced by a no-op (the outputs are garbage; only the count
+    matters), so the profiler sees the launchers' own torch calls, not the interpreter's.
+    """
+    import triton.runtime.jit
+    from torch.profiler import ProfilerActivity, profile
+
+    launched = []
+
+    def launch(kernel, grid):
+        return lambda *args, **kwargs: launched.append(getattr(kernel, "__name__", repr(kernel)))
+
+    monkeypatch.setattr(triton.runtime.jit.KernelInterface, "__getitem__", launch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    ops = {e.name for e in prof.events() if e.name.startswith("aten::")}
+    return launched, ops - _NO_DEVICE_WORK

@@ -120,3 +120,50 @@ def test_chunk_rows_policy_and_its_environment_override(monkeypatch):
     monkeypatch.setenv("GPUTUNE_LCE_CHUNK_ROWS", "many")
     with pytest.raises(ValueError, match="GPUTUNE_LCE_CHUNK_ROWS must be a positive integer"):
         default_chunk_rows(8192, 128256, 2)
+
+
+def test_working_set_arithmetic_matches_the_h200_measurements():
+    # Peaks measured on the H200 (benchmarks/results/kernels-h200-linear-ce.json, MiB), by
+    # (hidden, vocab, chunk rows), for 8192 bf16 rows. The arithmetic may fall short only by the
+    # caching allocator's rounding of a block (under 2 MiB).
+    from gputune_kernels.fused_linear_cross_entropy import working_set_bytes
+
+    measured = {(4096, 128256, 256): 1128.657, (4096, 128256, 4096): 2068.032, (4096, 50304, 1024): 555.282,
+                (2048, 128256, 4096): 1535.032, (2048, 128256, 512): 659.032}
+    for (h, v, c), mib in measured.items():
+        assert 0 <= mib - working_set_bytes(8192, h, v, 2, c) / 2**20 < 2, (h, v, c)
+
+
+def test_chunk_rows_for_a_memory_budget():
+    from gputune_kernels.fused_linear_cross_entropy import chunk_rows_for_budget, working_set_bytes
+
+    budget = int(1.1 * 2**30)  # the target at 8192 x 4096 -> 128256 bf16
+    rows = chunk_rows_for_budget(8192, 4096, 128256, 2, budget)
+    assert rows == 240 and working_set_bytes(8192, 4096, 128256, 2, rows) <= budget
+    assert working_set_bytes(8192, 4096, 128256, 2, rows + 16) > budget
+    assert chunk_rows_for_budget(100, 64, 1000, 4, 2**30) == 100  # all rows fit: one chunk
+    with pytest.raises(ValueError, match="16 rows per chunk need"):
+        chunk_rows_for_budget(8192, 4096, 128256, 2, 2**30)  # grad_weight alone is 0.98 GiB
+
+
+def test_each_chunk_holds_exactly_chunk_rows_of_logits(monkeypatch):
+    # The working-set arithmetic assumes one (chunk x V) logits buffer per chunk and nothing
+    # else of that size: record the products the chunk loop builds.
+    import importlib
+
+    flce = importlib.import_module("gputune_kernels.fused_linear_cross_entropy")
+    shapes = []
+    real_mm = torch.mm
+
+    def mm(a, b, **kw):
+        out = real_mm(a, b, **kw)
+        if "out" not in kw:
+            shapes.append(tuple(out.shape))
+        return out
+
+    monkeypatch.setattr(torch, "mm", mm)
+    hidden, weight, _, target = _inputs(50, 8, 37, torch.float32, False)
+    loss = gputune_kernels.fused_linear_cross_entropy(leaf(hidden), leaf(weight), target, chunk_rows=16)
+    loss.backward()
+    assert shapes == [(16, 37), (16, 37), (16, 37), (2, 37)]
+    assert flce.working_set_bytes(50, 8, 37, 4, 16) == (37 * 8 + 50 * 8 + 16 * 37) * 4 + 50 * 4

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 import gputune_kernels
-from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
+from kernel_testing import DEVICE, DTYPES, assert_close, device_work, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (3, 4099)]
 
@@ -53,3 +53,11 @@ def test_gelu_tanh_rejects_bad_inputs(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gelu_tanh_real_sizes_gpu(dtype, poisoned):
     _check(torch.randn(8192, 11008, device="cuda").mul(4).to(dtype), dtype)
+
+
+def test_gelu_tanh_forward_and_backward_are_one_launch_each_and_no_copy(monkeypatch):
+    x = leaf(torch.randn(6, 33, device=DEVICE))
+    dy = torch.randn(6, 33, device=DEVICE)
+    launched, ops = device_work(monkeypatch, lambda: torch.autograd.grad(gputune_kernels.gelu_tanh(x), [x], dy))
+    assert launched == ["_gelu_fwd_kernel", "_gelu_bwd_kernel"]
+    assert ops == set()

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 import gputune_kernels
-from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
+from kernel_testing import DEVICE, DTYPES, assert_close, device_work, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
 
@@ -93,3 +93,19 @@ def test_layer_norm_without_weight_matches_torch(poisoned):
     torch.testing.assert_close(y, F.layer_norm(x.detach(), (123,)), atol=1e-5, rtol=1e-4)
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_forward_and_backward_are_three_launches_and_no_torch_op(monkeypatch, with_bias):
+    # Host work per call decides the eager speed: one forward kernel, the backward kernel and
+    # the weight-gradient reduction, nothing else launched.
+    x, w = leaf(torch.randn(6, 33, device=DEVICE)), leaf(torch.randn(33, device=DEVICE))
+    b = leaf(torch.randn(33, device=DEVICE)) if with_bias else None
+    leaves = [x, w] + ([b] if with_bias else [])
+    dy = torch.randn(6, 33, device=DEVICE)
+    gputune_kernels.layer_norm(x, w, b)  # first call outside the count
+    launched, ops = device_work(
+        monkeypatch, lambda: torch.autograd.grad(gputune_kernels.layer_norm(x, w, b), leaves, dy)
+    )
+    assert launched == ["_layer_norm_fwd_kernel", "_layer_norm_bwd_kernel", "_sum_partials_kernel"]
+    assert ops == set()

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import gputune_kernels
-from kernel_testing import DEVICE, DTYPES, assert_close, leaf, ref_leaf
+from kernel_testing import DEVICE, DTYPES, assert_close, device_work, leaf, ref_leaf
 
 SHAPES = [(5, 123), (37, 781), (2, 3, 64)]
 
@@ -73,3 +73,14 @@ def test_rms_norm_without_weight_matches_reference(poisoned):
     x = torch.randn(5, 123, device=DEVICE)
     y = gputune_kernels.rms_norm(x, None, 1e-6)
     torch.testing.assert_close(y.double(), _reference(x.double(), 1.0, 1e-6), atol=1e-5, rtol=1e-4)
+
+
+def test_rms_norm_forward_and_backward_are_three_launches_and_no_torch_op(monkeypatch):
+    # One forward kernel, the backward kernel and the weight-gradient reduction, nothing else.
+    x, w = leaf(torch.randn(6, 33, device=DEVICE)), leaf(torch.randn(33, device=DEVICE))
+    dy = torch.randn(6, 33, device=DEVICE)
+    launched, ops = device_work(
+        monkeypatch, lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], dy)
+    )
+    assert launched == ["_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_sum_partials_kernel"]
+    assert ops == set()
