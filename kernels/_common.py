@@ -88,7 +88,11 @@ _ROW_PARAMS: dict[int, tuple[int, int]] = {}
 
 
 def row_params(n_cols: int) -> tuple[int, int]:
-    """(block, warps) for a single-block row kernel, cached per row length."""
+    """(block, warps) for a single-block row kernel, cached per row length.
+
+    Under torch.compile with dynamic shapes n_cols arrives as a SymInt, which cannot key a dict:
+    int() specializes it (the block is a compile-time constant of the kernel anyway)."""
+    n_cols = int(n_cols)
     params = _ROW_PARAMS.get(n_cols)
     if params is None:
         block = 1 << max(0, int(n_cols) - 1).bit_length()  # next power of 2

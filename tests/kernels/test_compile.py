@@ -65,3 +65,33 @@ def test_model_using_every_kernel_compiles_fullgraph_on_cpu():
 @pytest.mark.gpu
 def test_model_using_every_kernel_compiles_fullgraph_with_inductor_gpu():
     _compiled_matches_eager("inductor")
+
+
+def test_row_params_takes_a_symbolic_row_length():
+    """Under dynamic shapes the norms get their row length as a SymInt (seen on the H200: a
+    second shape recompiled with dynamic dims and the norms failed with "unhashable SymInt")."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from gputune_kernels import _common
+
+    env = ShapeEnv()
+    n_cols = env.create_symintnode(env.create_symbol(768, ConstantSource("n_cols")), hint=768)
+    assert _common.row_params(n_cols) == _common.row_params(768) == (1024, 4)
+
+
+@pytest.mark.gpu
+def test_norms_compile_with_dynamic_shapes_gpu():
+    """The norms inside torch.compile(dynamic=True) at two shapes, against eager."""
+    for op, extra in ((gputune_kernels.rms_norm, ()), (gputune_kernels.layer_norm, (True,))):
+        torch._dynamo.reset()
+
+        def f(x, w, b=None):
+            return op(x, w, b) if extra else op(x, w)
+
+        compiled = torch.compile(f, dynamic=True, fullgraph=True)
+        for rows, cols in ((64, 768), (96, 512)):
+            x = torch.randn(rows, cols, device=DEVICE, requires_grad=True)
+            w = torch.randn(cols, device=DEVICE, requires_grad=True)
+            args = (x, w, torch.randn(cols, device=DEVICE)) if extra else (x, w)
+            torch.testing.assert_close(compiled(*args), f(*args), atol=1e-4, rtol=1e-4)
