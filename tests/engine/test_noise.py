@@ -129,3 +129,47 @@ def test_tune_re_measures_close_leaders_in_fresh_workers_and_reports_them(tmp_pa
     doc = json.loads((tmp_path / "t.json").read_text())
     assert [len(c["repeats"]) for c in doc["remeasured"]["candidates"]] == [1, 1]
     assert doc["remeasured"]["winner"] == outcome.recommendation.label
+
+
+def _row(label, tokens, compile_s=0.0, step_ms=100.0):
+    return TrialResult(config={}, label=label, status="ok", tokens_per_s=tokens,
+                       compile_s=compile_s, step_ms=step_ms)
+
+
+def test_the_leaders_re_measured_are_those_whose_repeats_fit_in_the_time_left():
+    a, b, c = _row("a", 100.0), _row("b", 99.0), _row("c", 98.0, compile_s=30.0, step_ms=500.0)
+    wall = {"a": 40.0, "b": 60.0}  # measured in this search; c was reused from the store
+    # c has no wall time here: its compile and a repeat's steps stand in for it.
+    assert remeasure.expected_s(c, wall) == 30.0 + (remeasure.MAX_STEPS + 2) * 0.5
+    assert remeasure.within_time([a, b, c], wall, 1, 1000.0) == [a, b, c]
+    assert remeasure.within_time([a, b, c], wall, 1, 110.0) == [a, b]
+    assert remeasure.within_time([a, b, c], wall, 2, 110.0) == []  # 2 x (40 + 60) > 110
+    assert remeasure.within_time([a, b], wall, 1, 99.0) == []
+
+
+def test_a_time_budget_keeps_room_for_the_re_measurement_or_says_it_was_dropped(tmp_path, monkeypatch):
+    """Seen on the H200: a 6.2-minute tune re-measured its compiled leaders for 5 more minutes.
+    Here each re-measurement is taken to cost 1000 s: with a 1200 s budget the search stops
+    starting trials once two leaders need that reserve, and the leaders are not re-measured,
+    which the report says."""
+    from tests.engine.test_search import CountingRunner, _search
+    from tuner_tui.engine import search
+    from tuner_tui.engine.store import ResultStore
+
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(remeasure, "MIN_LEADER_GAP", 10.0)
+    monkeypatch.setattr(remeasure, "expected_s", lambda result, wall_s: 1000.0)
+    store = ResultStore(tmp_path / "s.sqlite3")
+    runner = CountingRunner()
+    outcome, log = _search(store, runner, choices={"optimizer": ("plain", "foreach"),
+                                                   "batch_size": ("x1", "x2")},
+                           fixed={"precision": "fp32"}, remeasure_repeats=1, steps=2,
+                           budget_s=1200.0)
+    store.close()
+    # Two trials made two leaders; the third would have eaten the 2000 s reserve.
+    assert len(runner.sent) == 2 and outcome.out_of_time
+    assert "kept to re-measure the leaders" in log
+    assert ", peak " in log  # each trial's progress line says what it held
+    assert outcome.remeasured is None
+    assert "the leaders were not re-measured" in outcome.remeasure_note
+    assert outcome.remeasure_note in outcome.reason and outcome.remeasure_note in search.report(outcome)

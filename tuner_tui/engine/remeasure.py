@@ -163,5 +163,29 @@ def remeasure(
     return decide(candidates)
 
 
+def expected_s(result: TrialResult, wall_s: dict[str, float]) -> float:
+    """Seconds one more run of this row is expected to take: its first run's wall time where
+    this search measured it (worker start and compile included), else its compile time and
+    steps (a row reused from the store)."""
+    if result.label in wall_s:
+        return wall_s[result.label]
+    steps = MAX_STEPS + 2  # the repeat's steps and a warm-up
+    return (result.compile_s or 0.0) + steps * (result.step_ms or 0.0) / 1e3
+
+
+def within_time(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int,
+                seconds: float) -> list[TrialResult]:
+    """The leaders, best first, whose repeats fit in `seconds` together; [] when even the first
+    two do not (then nothing is re-measured)."""
+    chosen: list[TrialResult] = []
+    total = 0.0
+    for r in leading:
+        total += repeats * expected_s(r, wall_s)
+        if total > seconds:
+            break
+        chosen.append(r)
+    return chosen if len(chosen) >= 2 else []
+
+
 def repeat_steps(steps: int) -> int:
     return max(1, min(steps, MAX_STEPS))

@@ -18,6 +18,9 @@ def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
         noisy = " (noisy)" if is_noisy(r) else ""
         text = (f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step "
                 f"{spread_text(r)}{noisy}")
+        peak = measured_peak(r)
+        if peak:  # in the progress line, so that a log cut short still tells what fitted
+            text += f", peak {fmt.gib(peak)}" + (" per rank" if r.per_rank else "")
         if r.per_rank:
             ranks = len(r.per_rank)
             text += (f" (slowest of {ranks} ranks; global batch {r.batch_size} = {ranks} x "

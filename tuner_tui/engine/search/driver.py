@@ -116,6 +116,10 @@ class Search:
         self.compared: list[TrialResult] = []
         self._pending = 0
         self.verdict: remeasure.Verdict | None = None
+        self.remeasure_note = ""
+        self.wall_s: dict[str, float] = {}
+        """Each trial's wall time in this search (worker start, compile and steps), by label:
+        what re-measuring it would cost, which the time budget keeps in reserve."""
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -158,9 +162,12 @@ class Search:
                     break
                 for i, config in enumerate(round_):
                     self._pending = len(round_) - i - 1
-                    if self._time_left() <= 0:
+                    reserve = self._remeasure_reserve()
+                    if self._time_left() <= reserve:
                         self.out_of_time = True
-                        print(f"time budget of {self.plan.budget_s / 60:g} min reached; "
+                        kept = (f" (the last {fmt.clock(reserve)} kept to re-measure the leaders)"
+                                if reserve else "")
+                        print(f"time budget of {self.plan.budget_s / 60:g} min reached{kept}; "
                               "the remaining trials were not run", file=self.out, flush=True)
                         break
                     self.evaluate(config, use_estimate=not self.strategy.must_run(config))
@@ -168,6 +175,17 @@ class Search:
         finally:
             self._next.close()
         return self._outcome()
+
+    def _remeasure_reserve(self) -> float:
+        """Seconds the time budget keeps for re-measuring the two best leaders so far (the
+        search starts no trial that would eat into it); 0 without a budget or a re-measure."""
+        if not self.plan.budget_s or self.plan.remeasure_repeats < 1:
+            return 0.0
+        leading = remeasure.leaders(self.history.eligible())[:2]
+        if len(leading) < 2:
+            return 0.0
+        return sum(self.plan.remeasure_repeats * remeasure.expected_s(r, self.wall_s)
+                   for r in leading)
 
     def _time_left(self) -> float:
         if not self.plan.budget_s:
@@ -213,7 +231,9 @@ class Search:
             return self._decided(config, result, "skipped", aside)
         reference = self._reference_for(config)
         self._begin(config)
+        began = time.monotonic()
         result = self._run(config, reference, steps)
+        self.wall_s[result.label] = time.monotonic() - began
         if estimated is not None:
             result = replace(result, memory_estimate=estimated.to_dict())
         self.store.record(result, self.environment, self.workload_key, steps,
@@ -277,6 +297,24 @@ class Search:
         leading = remeasure.leaders(self.history.eligible())
         if self.plan.remeasure_repeats < 1 or len(leading) < 2:
             return None
+        if self.plan.budget_s:
+            # Within the time budget: the leaders whose repeats fit in what is left, best first,
+            # with half a trial's slack (the search's last trial may have run a little over).
+            left = self._time_left() + 0.5 * remeasure.expected_s(leading[0], self.wall_s)
+            fitting = remeasure.within_time(leading, self.wall_s, self.plan.remeasure_repeats, left)
+            if len(fitting) < len(leading):
+                needed = sum(self.plan.remeasure_repeats * remeasure.expected_s(r, self.wall_s)
+                             for r in leading)
+                left_now = fmt.clock(max(0.0, self._time_left()))
+                self.remeasure_note = (
+                    f"time budget: the leaders were not re-measured ({left_now} left, about "
+                    f"{fmt.clock(needed)} needed); the first measurements decide" if not fitting else
+                    f"time budget: the best {len(fitting)} of {len(leading)} leaders re-measured "
+                    f"({left_now} left); the others were left out")
+                print(self.remeasure_note, file=self.out, flush=True)
+            if not fitting:
+                return None
+            leading = fitting
         steps = remeasure.repeat_steps(self.plan.steps)
 
         def run(config: TuneConfig, index: int, total: int) -> TrialResult:
@@ -356,6 +394,7 @@ class Search:
             out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
             compared=list(self.compared), steps=self.plan.steps,
             warmup_steps=self.plan.warmup_steps, remeasured=self.verdict,
+            remeasure_note=self.remeasure_note,
         )
         outcome.reason = explain(outcome)
         return outcome

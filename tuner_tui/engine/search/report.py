@@ -52,6 +52,8 @@ class SearchOutcome:
     """Measured and warm-up steps per trial."""
     remeasured: Verdict | None = None
     """The leaders re-measured interleaved, when there were two or more."""
+    remeasure_note: str = ""
+    """Why the leaders were not all re-measured (the time budget), if they were not."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -196,6 +198,8 @@ def explain(outcome: SearchOutcome) -> str:
     elif runner_up is not None:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
                      f"runner-up ({runner_up.label})")
+    if outcome.remeasure_note:
+        parts.append(outcome.remeasure_note)
     peak = measured_peak(top)
     devices = top.tune_config.devices
     if peak is not None:
@@ -243,6 +247,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
             for r in outcome.compared
         ],
         "remeasured": outcome.remeasured.to_dict() if outcome.remeasured else None,
+        "remeasure_note": outcome.remeasure_note,
         "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
@@ -267,6 +272,8 @@ def report(outcome: SearchOutcome) -> str:
         lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
     if outcome.remeasured is not None:
         lines += ["", outcome.remeasured.text()]
+    if outcome.remeasure_note:
+        lines += ["", outcome.remeasure_note]
     leaders = [r for r in outcome.ranked[:outcome.eligible] if r.profile][:PROFILED_LEADERS]
     if leaders:
         lines += ["", "Where the leading rows' step time goes (profiled after the measured "
