@@ -3,6 +3,7 @@
     python3 benchmarks/parallel_scaling.py --workload llama-1b --per-gpu-batch 4 \
         --json out/parallel-llama-1b.json
     python3 benchmarks/parallel_scaling.py --faults --json out/parallel-faults.json
+    python3 benchmarks/parallel_scaling.py --summarize out/parallel-llama-1b.json
 
 Every row is bf16 autocast, SDPA and fused AdamW, eager and then torch.compile (per block, as
 torchtitan compiles under FSDP2), trained by gputune's own worker: one GPU at batch B, then a
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner_tui.engine import protocol  # noqa: E402
+from tuner_tui.engine import noise, protocol  # noqa: E402
 from tuner_tui.engine.bench import start_worker  # noqa: E402
 from tuner_tui.engine.client import WorkerSpec  # noqa: E402
 from strategies import TuneConfig  # noqa: E402
@@ -96,6 +97,9 @@ def summary(rows: list[dict], devices: int) -> list[dict]:
             "tokens_per_s": group.get("tokens_per_s"),
             "tokens_per_s_one_gpu": one.get("tokens_per_s") if one else None,
             "scaling": group["tokens_per_s"] / (devices * one["tokens_per_s"]) if ok else None,
+            # The scaling's relative spread: the two rows' step spreads combined; a difference
+            # from a target smaller than this is a tie.
+            "scaling_spread": noise.tie_gap(step_spread(group), step_spread(one)) if ok else None,
             "peak_gib_per_rank": [
                 round(p["peak_memory_bytes"] / GIB, 2) if p.get("peak_memory_bytes") else None
                 for p in group.get("per_rank", [])
@@ -105,6 +109,12 @@ def summary(rows: list[dict], devices: int) -> list[dict]:
             "status": group.get("status"),
         })
     return out
+
+
+def step_spread(row: dict) -> float:
+    """Half the interquartile range of a row's step times, relative to its median (0 if unknown)."""
+    q1, q3, median = row.get("step_ms_q1"), row.get("step_ms_q3"), row.get("step_ms")
+    return (q3 - q1) / 2 / median if q1 is not None and q3 is not None and median else 0.0
 
 
 def knobs(config: dict) -> dict:
@@ -256,7 +266,14 @@ def main() -> int:
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
     parser.add_argument("--fault-workload", default="gpt2-124m")
     parser.add_argument("--oom-batch-per-gpu", type=int, default=256)
+    parser.add_argument("--summarize", metavar="JSON",
+                        help="print the scaling summary of a committed result file (no run)")
     args = parser.parse_args()
+    if args.summarize:
+        doc = json.loads(Path(args.summarize).read_text())
+        for row in summary(doc["rows"], doc["devices"]):
+            print(json.dumps(row))
+        return 0
     doc = faults_run(args) if args.faults else scaling_run(args)
     return 0 if doc else 1
 
