@@ -53,6 +53,11 @@ def wait_for(client, kinds, timeout: float):
         event = client.wait_event(min(1.0, max(0.01, deadline - time.monotonic())))
         if isinstance(event, kinds):
             return event
+        if isinstance(event, (protocol.WorkerLog, protocol.RunStarted, protocol.CompileStarted)):
+            # On stderr with the time: a check cut by its limit still shows where its time went.
+            print(f"[{time.strftime('%H:%M:%S')}] {type(event).__name__}: "
+                  f"{getattr(event, 'text', '') or getattr(event, 'label', '')}",
+                  file=sys.stderr, flush=True)
         if event is None and not client.is_alive():
             return None
     return None
