@@ -30,7 +30,8 @@
 #             top kernels), then bf16 weights + bf16 moments + the fused loss + compile, with
 #             fp8 tensorwise, without, rowwise, and with every kernel kept under compile; the
 #             first two again, alternating; profiled; the recipe again              ~9 min
-#   fit-llama   issue 13 on llama-1b: the same levers and `tune --max-memory 24GiB`  ~9 min
+#   fit-llama   issue 13 on llama-1b: fit-recipe-lean's search against the recipe with Liger's
+#             modules swapped into llama-1b by hand (hand_recipe.py --workload llama-1b)   ~9 min
 #   fit-free  issue 13, no memory budget: `tune` over the memory levers with every single lever
 #             (bf16 weights, the fused loss, fp8, 8-bit state, selective checkpointing, each on
 #             autocast + compile) measured in the same run (--compare); FIT_WORKLOAD picks the
@@ -61,9 +62,11 @@ esac
 gputune() { python3 -m tuner_tui.cli "$@"; }
 # The hand recipe on the HF Llama (its line to stderr), then its measured peak in bytes: the
 # memory budget of the fit-recipe searches.
-recipe_budget() {
-  python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-a.json" 2>&1 | tail -1 >&2
-  python3 -c "import json; r = json.load(open('$OUT/recipe-hf-a.json'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))"
+recipe_budget() {  # recipe_budget [hf-llama|llama-1b]: run the hand recipe, print its peak in bytes
+  local name=${1:-hf-llama} file
+  file="$OUT/recipe-${name/hf-llama/hf}-a.json"
+  python3 benchmarks/hand_recipe.py --workload "$name" --batch-size 4 --json "$file" 2>&1 | tail -1 >&2
+  python3 -c "import json; r = json.load(open('$file'))['result']; print(max(r['peak_memory_bytes'], r['peak_reserved_bytes']))"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt"
 case "${1:-}" in
@@ -232,20 +235,23 @@ PY
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home}
     python3 benchmarks/kernel_decisions.py --fresh --json "$OUT/kernel-decisions-h200.json" 2>&1 | tail -30
     python3 -m pytest -q -m gpu tests/strategies/test_kernel_timing.py tests/engine/test_profile.py 2>&1 | tail -5 ;;
-  fit-recipe-lean)
+  fit-recipe-lean|fit-llama)
     # The same, the space narrowed to what decides the result inside the recipe's memory (bf16
     # weights, bf16 state and the fused loss held; checkpointing, micro-batch and fp8 searched),
-    # so that fp8 is reached within one device call.
+    # so that fp8 is reached within one device call. fit-llama: the same on the built-in
+    # llama-1b, against the recipe with Liger's modules swapped in by hand. The time budget
+    # includes the leaders' re-measurement.
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
-    budget=$(recipe_budget)
-    gputune tune --workload examples.hf_causal_lm:llama --device cuda --set batch_size=4 \
-      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-6.2}" --trial-timeout 150 --steps 10 --remeasure 1 \
+    if [ "$1" = fit-llama ]; then w=llama-1b; name=llama-1b; else w=examples.hf_causal_lm:llama; name=hf; fi
+    budget=$(recipe_budget "${name/hf/hf-llama}")
+    gputune tune --workload $w --device cuda --set batch_size=4 \
+      --max-memory "${budget}B" --budget-minutes "${FIT_RECIPE_MINUTES:-5.8}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
       --set optimizer=fused --set weights=bf16 --set optimizer_state=bf16 \
       --set fused_kernels=rms_norm,swiglu,linear_cross_entropy \
       --search checkpointing=off,selective,full --search fp8=off,tensorwise \
-      --out "$OUT/tune-hf-recipe-lean.toml" --json "$OUT/tune-hf-recipe-lean.json" > "$OUT/tune-hf-recipe-lean.log" 2>&1
-    grep -v "^\[" "$OUT/tune-hf-recipe-lean.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
+      --out "$OUT/tune-$name-recipe-lean.toml" --json "$OUT/tune-$name-recipe-lean.json" > "$OUT/tune-$name-recipe-lean.log" 2>&1
+    grep -v "^\[" "$OUT/tune-$name-recipe-lean.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
   fit-probe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     python3 benchmarks/hand_recipe.py --batch-size 4 --profile --json "$OUT/recipe-hf-a.json" 2>&1 | grep -v Warning
@@ -273,9 +279,9 @@ PY
       --compare $c/lever-selective.toml \
       --out "$OUT/tune-$name-free.toml" --json "$OUT/tune-$name-free.json" > "$OUT/tune-$name-free.log" 2>&1
     grep -v "^\[" "$OUT/tune-$name-free.log" | grep -v -i -E "warning|Configuration class" | tail -30 ;;
-  fit-levers|fit-llama)
+  fit-levers)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
-    if [ "$1" = fit-levers ]; then w=examples.hf_causal_lm:llama; name=hf-llama; else w=llama-1b; name=llama-1b; fi
+    w=${FIT_WORKLOAD:-examples.hf_causal_lm:llama}; name=${w##*:}; [ "$name" = llama ] && name=hf-llama
     c=benchmarks/configs
     # One lever at a time from gputune's earlier best (autocast + compile + fused AdamW); the fp8
     # row beside the same without fp8, twice each, alternating.

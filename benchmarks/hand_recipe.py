@@ -34,20 +34,70 @@ def top_kernels(step, steps: int = 3, count: int = 15) -> list[dict]:
              "share": e.self_device_time_total / total} for e in events[:count]]
 
 
-def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool = False) -> dict:
+def hf_llama(seed: int):
+    """The HF example with Liger's patch of transformers' Llama modules (before it is built)."""
     from liger_kernel.transformers import apply_liger_kernel_to_llama
 
     from examples.hf_causal_lm import llama
 
-    # Patches transformers' Llama modules: must come before the model is built.
     apply_liger_kernel_to_llama()
     workload = llama(device="cuda", seed=seed)
-    device = torch.device("cuda")
+    with torch.device("cuda"):
+        return workload, workload.build_model()
+
+
+class _LigerLMHeadLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        self.fused = LigerFusedLinearCrossEntropyLoss()
+
+    def forward(self, hidden, weight, targets):
+        return self.fused(weight, hidden, targets)
+
+
+class _LigerSwiGLU(torch.nn.Module):
+    def forward(self, gate, up):
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+        return LigerSiLUMulFunction.apply(gate, up)
+
+
+def builtin_llama(seed: int, name: str = "llama-1b", device: str = "cuda"):
+    """gputune's built-in llama-1b with the same recipe by hand, as a user of Liger would write it
+    for a model of their own: Liger's RMSNorm, SwiGLU product and fused linear + cross-entropy in
+    place of the modules, and SDPA attention."""
+    from liger_kernel.transformers import LigerRMSNorm
+
+    from tuner_tui.engine import workloads
+
+    workload = workloads.load(name, seed=seed, device=device)
+    with torch.device(device):
+        model = workload.build_model()
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.RMSNorm):
+                norm = LigerRMSNorm(child.normalized_shape[0], eps=child.eps).to(child.weight.device)
+                norm.weight.data.copy_(child.weight.data)
+                setattr(module, name, norm)
+            elif type(child).__name__ == "SiluMul":
+                setattr(module, name, _LigerSwiGLU())
+            elif type(child).__name__ == "LMHeadLoss":
+                setattr(module, name, _LigerLMHeadLoss())
+        if hasattr(module, "attention_impl"):
+            module.attention_impl = "sdpa"
+    return workload, model
+
+
+def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool = False,
+            workload_name: str = "hf-llama") -> dict:
+    build = hf_llama if workload_name == "hf-llama" else builtin_llama
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     torch.manual_seed(seed)
-    with device:
-        model = workload.build_model()
+    workload, model = build(seed)
+    device = torch.device("cuda")
     model.to(torch.bfloat16).train()
     base = workload.make_optimizer(model)
     optimizer = torch.optim.AdamW(
@@ -95,6 +145,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workload", default="hf-llama", choices=("hf-llama", "llama-1b"),
+                   help="the HF Llama example (Liger's patch) or the built-in llama-1b (Liger's "
+                        "modules swapped in by hand)")
     p.add_argument("--json", required=True)
     p.add_argument("--profile", action="store_true",
                    help="after the measured steps, list the GPU kernels that take the most time")
@@ -102,7 +155,8 @@ def main() -> None:
     import liger_kernel
     import triton
 
-    row = measure(args.batch_size, args.steps, args.warmup, args.seed, args.profile)
+    row = measure(args.batch_size, args.steps, args.warmup, args.seed, args.profile, args.workload)
+    row["workload"] = args.workload
     doc = {
         "tool": "benchmarks/hand_recipe.py",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
