@@ -39,11 +39,13 @@ from strategies.registry import OPTIONS  # noqa: E402
 BASE = {"precision": "bf16", "attention": "sdpa", "optimizer": "fused"}
 COMPILE = {"compile_mode": "default", "compile_scope": "block"}
 # --knobs: the compiled groups again with the settings that trade memory for overlap: FSDP2
-# keeping the gathered parameters from forward to backward (no second all-gather), DDP with
-# larger buckets whose gradients are views into them.
+# keeping the gathered parameters from forward to backward (no second all-gather), then also
+# reducing gradients in bf16 (half the bytes), DDP with larger buckets whose gradients are views
+# into them.
 KNOBS = ({"parallel": "fsdp2", "fsdp_reshard": False},
+         {"parallel": "fsdp2", "fsdp_reshard": False, "fsdp_reduce": "bf16"},
          {"parallel": "ddp", "ddp_bucket_mb": 100, "ddp_bucket_view": True})
-KNOB_KEYS = ("fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")
+KNOB_KEYS = ("fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb", "ddp_bucket_view")
 GIB = 1024**3
 
 

@@ -78,6 +78,7 @@ class TuneConfig:
         ddp_bucket_mb: int
         ddp_bucket_view: bool
         fsdp_reshard: bool
+        fsdp_reduce: Literal["fp32", "bf16"]
         compile_mode: Literal["off", "default", "reduce-overhead", "max-autotune",
                               "max-autotune-no-cudagraphs"]
         compile_fullgraph: bool
@@ -201,8 +202,11 @@ class TuneConfig:
                 knobs.append(f"bucket {self.ddp_bucket_mb}MB")
             if self.ddp_bucket_view:
                 knobs.append("views")
-        elif self.parallel == "fsdp2" and not self.fsdp_reshard:
-            knobs.append("no reshard")
+        elif self.parallel == "fsdp2":
+            if not self.fsdp_reshard:
+                knobs.append("no reshard")
+            if self.fsdp_reduce != OPTIONS["fsdp_reduce"].default:
+                knobs.append(f"{self.fsdp_reduce} reduce")
         return f"{self.parallel} x{self.devices}" + (f" ({','.join(knobs)})" if knobs else "")
 
     def effective_kernels(self) -> tuple[str, ...]:

@@ -23,7 +23,8 @@ _COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 def mixed_precision_policy(config):
     """FSDP2's policy from the configuration: parameters gathered in the autocast dtype (or in
-    the weights' own low precision) and gradients reduced in fp32; fp32 and tf32 gather fp32."""
+    the weights' own low precision) and gradients reduced in fp32, or in bf16 where
+    fsdp_reduce = bf16 (half the bytes on the wire); fp32 and tf32 gather fp32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     param_dtype = _COMPUTE_DTYPES.get(config.precision)
@@ -31,6 +32,8 @@ def mixed_precision_policy(config):
     if param_dtype is None and weights in _COMPUTE_DTYPES:
         param_dtype = _COMPUTE_DTYPES[weights]
     reduce_dtype = torch.float32 if param_dtype is not None else None
+    if getattr(config, "fsdp_reduce", "fp32") == "bf16":
+        reduce_dtype = torch.bfloat16
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
 
 
@@ -84,7 +87,7 @@ def apply_fsdp2(run, config) -> dict:
     return {
         "blocks": len(blocks),
         "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
-        "reduce_dtype": "float32",
+        "reduce_dtype": str(policy.reduce_dtype or torch.float32).replace("torch.", ""),
         "reshard_after_forward": reshard,
     }
 

@@ -221,6 +221,14 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "more communication)",
                 label="FSDP2 reshard after forward",
             ),
+            ChoiceOption(
+                "fsdp_reduce",
+                "fp32",
+                "With parallel = fsdp2: the dtype gradients are reduce-scattered in; bf16 sends "
+                "half the bytes of fp32, with bf16's rounding on the sum across ranks",
+                choices=("fp32", "bf16"),
+                label="FSDP2 gradient reduce",
+            ),
         ),
     ),
     Strategy(

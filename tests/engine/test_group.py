@@ -144,10 +144,11 @@ def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, faul
 @pytest.mark.slow
 def test_bench_runs_ddp_and_fsdp2_groups_and_reports_them(gputune, tmp_path):
     """`gputune bench --set devices=2` with a DDP and an FSDP2 configuration (the second in bf16,
-    so FSDP2 gathers bf16 parameters), each run as a group and checked against one process."""
+    so FSDP2 gathers bf16 parameters, and reducing gradients in bf16), each run as a group and
+    checked against one process."""
     (tmp_path / "ddp.toml").write_text("[config]\nparallel = 'ddp'\n")
     (tmp_path / "fsdp2.toml").write_text(
-        "[config]\nparallel = 'fsdp2'\nprecision = 'bf16'\nattention = 'sdpa'\n")
+        "[config]\nparallel = 'fsdp2'\nprecision = 'bf16'\nattention = 'sdpa'\nfsdp_reduce = 'bf16'\n")
     out = tmp_path / "bench.json"
     proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny",
                    "--config", str(tmp_path / "ddp.toml"), "--config", str(tmp_path / "fsdp2.toml"),
@@ -160,6 +161,7 @@ def test_bench_runs_ddp_and_fsdp2_groups_and_reports_them(gputune, tmp_path):
         assert [r["rank"] for r in row["per_rank"]] == [0, 1]
         assert row["loss_ok"] is True  # against one process's fp32 run on the same batch
     assert rows[1]["strategy_report"]["data_parallel"]["param_dtype"] == "bfloat16"
+    assert rows[1]["strategy_report"]["data_parallel"]["reduce_dtype"] == "bfloat16"
     assert "fp32 reference losses (batch 8)" in proc.stdout
     assert "global batch 8 = 2 x 4/rank" in proc.stdout
 

@@ -288,11 +288,13 @@ def test_where_both_fit_the_faster_mode_and_knob_win(speeds, winner):
     best = history.best()
     assert (best.config["parallel"], best.config["fsdp_reshard"],
             best.config["ddp_bucket_mb"]) == winner
-    # One round of the modes (FSDP2 with each resharding choice), then DDP's bucket size only
-    # where DDP won it.
-    modes = [(c.parallel, c.fsdp_reshard) for c in tried if c.ddp_bucket_mb == 25]
+    # One round of the modes (FSDP2 with each resharding choice), then the winner's own knobs:
+    # DDP's bucket size where DDP won, FSDP2's bf16 reduce where FSDP2 did.
+    modes = [(c.parallel, c.fsdp_reshard) for c in tried
+             if c.ddp_bucket_mb == 25 and c.fsdp_reduce == "fp32"]
     assert modes == [("ddp", True), ("fsdp2", True), ("fsdp2", False)]
     assert any(c.ddp_bucket_mb == 100 for c in tried) is (winner[0] == "ddp")
+    assert any(c.fsdp_reduce == "bf16" for c in tried) is (winner[0] == "fsdp2")
 
 
 def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won():
@@ -310,7 +312,8 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
         recommendation=eligible[0], reason="", environment={"device": "cuda"}, workload={},
         workload_key="", space=space, budget_bytes=budget)
     reason = explain(outcome)
-    assert reason.startswith("fastest of 1 configuration that ran")
+    # FSDP2 and, around it, FSDP2 with bf16 reduce ran within the budget.
+    assert reason.startswith("fastest of 2 configurations that ran")
     assert "fsdp2 x2 won: 100 tokens/s" in reason
     assert "ddp x2 peaked at" in reason and "per GPU, over the budget" in reason
     assert "fsdp2 x2 (no reshard) skipped" in reason

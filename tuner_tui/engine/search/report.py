@@ -77,7 +77,7 @@ def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) 
     return next((r for r in results if r.loss_ok and numerics(r) == numerics(top)), None)
 
 
-PARALLEL_KEYS = ("parallel", "fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")
+PARALLEL_KEYS = ("parallel", "fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb", "ddp_bucket_view")
 """The data parallel mode and its knobs: what the DDP-or-FSDP2 comparison varies."""
 
 

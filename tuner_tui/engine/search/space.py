@@ -41,13 +41,15 @@ DEFAULT_CHOICES: dict[str, tuple] = {
 PARALLEL_CHOICES: dict[str, tuple] = {
     "parallel": ("ddp", "fsdp2"),
     "fsdp_reshard": (True, False),
+    "fsdp_reduce": ("fp32", "bf16"),
     "ddp_bucket_mb": (25, 100),
 }
 """Searched where the search runs on several devices (`--set devices=N`) or data parallel is
 asked for (`--search parallel=...`): DDP against FSDP2, each with the knob that moves it most.
 A knob is searched only with its mode."""
 
-PARALLEL_KNOBS = {"fsdp_reshard": "fsdp2", "ddp_bucket_mb": "ddp", "ddp_bucket_view": "ddp"}
+PARALLEL_KNOBS = {"fsdp_reshard": "fsdp2", "fsdp_reduce": "fsdp2", "ddp_bucket_mb": "ddp",
+                  "ddp_bucket_view": "ddp"}
 """Each data parallel knob and the mode it belongs to: in the other modes it does nothing."""
 
 CLIMB = "..."

@@ -9,7 +9,7 @@ from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.runner import best
 from tuner_tui.engine.search.memory import measured_peak
-from tuner_tui.engine.search.space import SearchSpace
+from tuner_tui.engine.search.space import PARALLEL_KNOBS, SearchSpace
 from tuner_tui.engine.store import canonical_json
 
 
@@ -134,7 +134,8 @@ class StagedSearch(SearchStrategy):
         # DDP against FSDP2 on the eager configuration at its fastest (eager trials are cheap,
         # and compile comes next around the winner); the memory stage after compile then uses
         # what sharding freed.
-        (PARALLEL_STAGE, ("parallel", "fsdp_reshard", "ddp_bucket_mb", "ddp_bucket_view")),
+        (PARALLEL_STAGE, ("parallel", "fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb",
+                          "ddp_bucket_view")),
         ("compile", ("compile_mode", "compile_scope")),
         # Memory before kernels: the batch the device holds at once moves throughput more than
         # any kernel (ANCHORS.md), so a search cut short by its time budget loses the smaller
@@ -315,8 +316,9 @@ class StagedSearch(SearchStrategy):
 
     def _parallel_candidates(self, incumbent: TuneConfig, history: History) -> list[TuneConfig]:
         """Each data parallel mode of the space around the incumbent, FSDP2 with each of its
-        resharding choices; once those are measured, DDP's bucket size (and bucket views, if
-        searched) around a DDP incumbent only: they move less, and cost a trial each."""
+        resharding choices; once those are measured, the knobs of the incumbent's mode around
+        it (DDP's bucket size and bucket views, FSDP2's reduce dtype): they move less, and cost
+        a trial each."""
         values = self.space.values
         first: list[TuneConfig] = []
         for mode in values("parallel"):
@@ -326,10 +328,10 @@ class StagedSearch(SearchStrategy):
                 config = self._variant(incumbent, {"parallel": mode, **changes})
                 if config is not None and history.is_new(config) and config not in first:
                     first.append(config)
-        if first or incumbent.parallel != "ddp":
+        if first:
             return first
         found: list[TuneConfig] = []
-        for knob in ("ddp_bucket_mb", "ddp_bucket_view"):
+        for knob in (k for k, mode in PARALLEL_KNOBS.items() if mode == incumbent.parallel):
             for value in values(knob):
                 config = self._variant(incumbent, {knob: value})
                 if config is not None and history.is_new(config) and config not in found:
