@@ -127,6 +127,15 @@ def apply_overrides(configs: list[TuneConfig], overrides: dict) -> list[TuneConf
     return [c.replace(**overrides) for c in configs] if overrides else configs
 
 
+def caps_allow(plan: BenchPlan, caps: Capabilities) -> bool:
+    """True when this machine can run the plan's first configuration, whatever its batch."""
+    try:
+        apply_overrides(plan.configs, plan.overrides)[0].check_runnable(caps)
+        return True
+    except ConfigError:
+        return False
+
+
 def run_bench(
     plan: BenchPlan,
     out: TextIO = sys.stdout,
@@ -156,7 +165,11 @@ def run_bench(
         else:
             configs, skipped = runnable(configs, caps, default_batch)
             if not configs:
-                raise ConfigError(f"no configuration can run on device = {caps.device}: "
+                # Name the device only where it is the cause (not a batch the devices or the
+                # micro-batch do not divide).
+                where = (f"on device = {caps.device}" if not caps_allow(plan, caps)
+                         else "with this batch")
+                raise ConfigError(f"no configuration can run {where}: "
                                   + skipped[0].partition(": ")[2])
             for line in skipped:
                 print(f"skipped {line}", file=out)
