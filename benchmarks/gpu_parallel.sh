@@ -7,7 +7,7 @@
 #    beside DDP and FSDP2 on two, eager and compile (per block), bf16 + SDPA + fused AdamW;
 #    scaling = 2-GPU tokens/s / (2 x one GPU's), the peak memory of each rank     ~3.5 min each
 # 3. a live DDP group on gpt2-124m: rank 1 killed (time to notice, to train again in a new
-#    group), then a real out of memory on every rank                                   ~1-2 min
+#    group), then a real out of memory on every rank (fp32, manual attention)         ~2-4 min
 # Results: $OUT/parallel-*.json and .log (each JSON is rewritten after every row, so a row cut
 # short by the time limit keeps the rows before it).
 # PARALLEL_PARTS (default "tests scaling faults") picks the parts; PARALLEL_ARGS="--knobs
@@ -39,7 +39,7 @@ done
 # worker now dies with its parent, and the ranks with the worker), but it cannot cost them time.
 if [[ " $parts " == *" faults "* ]]; then
 echo "== faults $(date +%T)"
-timeout -k 5 "${FAULTS_LIMIT_S:-120}" python3 benchmarks/parallel_scaling.py --faults --json "$OUT/parallel-faults.json" \
+timeout -k 5 "${FAULTS_LIMIT_S:-240}" python3 benchmarks/parallel_scaling.py --faults --json "$OUT/parallel-faults.json" \
   > "$OUT/parallel-faults.log" 2>&1
 grep '^{' "$OUT/parallel-faults.log"
 fi
