@@ -41,6 +41,9 @@ def _peak(mode: str) -> int:
 
 
 def test_a_run_after_another_reports_about_the_peak_of_a_fresh_process():
-    fresh, after = _peak("fresh"), _peak("after-another-run")
+    # The lower of two fresh processes: a fresh process's first steps sometimes also count the
+    # runtime's one-time allocations (seen once in CI: 45.6 MiB against the usual ~22).
+    fresh = min(_peak("fresh"), _peak("fresh"))
+    after = _peak("after-another-run")
     assert fresh > 0 and after > 0
     assert 0.5 < after / fresh < 2.0, (fresh / 2**20, after / 2**20)
