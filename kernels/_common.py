@@ -95,7 +95,7 @@ def row_params(n_cols: int) -> tuple[int, int]:
     n_cols = int(n_cols)
     params = _ROW_PARAMS.get(n_cols)
     if params is None:
-        block = 1 << max(0, int(n_cols) - 1).bit_length()  # next power of 2
+        block = 1 << max(0, n_cols - 1).bit_length()  # next power of 2
         params = _ROW_PARAMS[n_cols] = (block, warps_for(block))
     return params
 

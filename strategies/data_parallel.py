@@ -32,7 +32,7 @@ def mixed_precision_policy(config):
     if param_dtype is None and weights in _COMPUTE_DTYPES:
         param_dtype = _COMPUTE_DTYPES[weights]
     reduce_dtype = torch.float32 if param_dtype is not None else None
-    if getattr(config, "fsdp_reduce", "fp32") == "bf16":
+    if config.fsdp_reduce == "bf16":
         reduce_dtype = torch.bfloat16
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
 

@@ -127,10 +127,10 @@ def apply_overrides(configs: list[TuneConfig], overrides: dict) -> list[TuneConf
     return [c.replace(**overrides) for c in configs] if overrides else configs
 
 
-def caps_allow(plan: BenchPlan, caps: Capabilities) -> bool:
-    """True when this machine can run the plan's first configuration, whatever its batch."""
+def caps_allow(config: TuneConfig, caps: Capabilities) -> bool:
+    """True when this machine can run `config`, whatever its batch."""
     try:
-        apply_overrides(plan.configs, plan.overrides)[0].check_runnable(caps)
+        config.check_runnable(caps)
         return True
     except ConfigError:
         return False
@@ -163,11 +163,12 @@ def run_bench(
                 # (the workload's default batch is known only now, from the worker)
                 config.accumulation_steps(config.batch_size or default_batch)
         else:
+            first = configs[0]
             configs, skipped = runnable(configs, caps, default_batch)
             if not configs:
                 # Name the device only where it is the cause (not a batch the devices or the
                 # micro-batch do not divide).
-                where = (f"on device = {caps.device}" if not caps_allow(plan, caps)
+                where = (f"on device = {caps.device}" if not caps_allow(first, caps)
                          else "with this batch")
                 raise ConfigError(f"no configuration can run {where}: "
                                   + skipped[0].partition(": ")[2])

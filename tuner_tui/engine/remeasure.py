@@ -173,18 +173,19 @@ def expected_s(result: TrialResult, wall_s: dict[str, float]) -> float:
     return (result.compile_s or 0.0) + steps * (result.step_ms or 0.0) / 1e3
 
 
+def cost_s(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int) -> float:
+    """Seconds re-measuring these leaders `repeats` times each is expected to take."""
+    return repeats * sum(expected_s(r, wall_s) for r in leading)
+
+
 def within_time(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int,
                 seconds: float) -> list[TrialResult]:
     """The leaders, best first, whose repeats fit in `seconds` together; [] when even the first
     two do not (then nothing is re-measured)."""
-    chosen: list[TrialResult] = []
-    total = 0.0
-    for r in leading:
-        total += repeats * expected_s(r, wall_s)
-        if total > seconds:
-            break
-        chosen.append(r)
-    return chosen if len(chosen) >= 2 else []
+    count = 0
+    while count < len(leading) and cost_s(leading[:count + 1], wall_s, repeats) <= seconds:
+        count += 1
+    return list(leading[:count]) if count >= 2 else []
 
 
 def repeat_steps(steps: int) -> int:

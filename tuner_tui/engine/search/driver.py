@@ -184,8 +184,7 @@ class Search:
         leading = remeasure.leaders(self.history.eligible())[:2]
         if len(leading) < 2:
             return 0.0
-        return sum(self.plan.remeasure_repeats * remeasure.expected_s(r, self.wall_s)
-                   for r in leading)
+        return remeasure.cost_s(leading, self.wall_s, self.plan.remeasure_repeats)
 
     def _time_left(self) -> float:
         if not self.plan.budget_s:
@@ -303,8 +302,7 @@ class Search:
             left = self._time_left() + 0.5 * remeasure.expected_s(leading[0], self.wall_s)
             fitting = remeasure.within_time(leading, self.wall_s, self.plan.remeasure_repeats, left)
             if len(fitting) < len(leading):
-                needed = sum(self.plan.remeasure_repeats * remeasure.expected_s(r, self.wall_s)
-                             for r in leading)
+                needed = remeasure.cost_s(leading, self.wall_s, self.plan.remeasure_repeats)
                 left_now = fmt.clock(max(0.0, self._time_left()))
                 self.remeasure_note = (
                     f"time budget: the leaders were not re-measured ({left_now} left, about "
