@@ -18,7 +18,7 @@ from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
 from tuner_tui.engine.search.memory import measured_peak
-from tuner_tui.engine.search.space import SearchSpace
+from tuner_tui.engine.search.space import PARALLEL_KNOBS, SearchSpace
 from tuner_tui.engine.table import format_profiles, format_table
 
 PROFILED_LEADERS = 3
@@ -77,7 +77,7 @@ def _checked_at_another_batch(top: TrialResult, results: Iterable[TrialResult]) 
     return next((r for r in results if r.loss_ok and numerics(r) == numerics(top)), None)
 
 
-PARALLEL_KEYS = ("parallel", "fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb", "ddp_bucket_view")
+PARALLEL_KEYS = ("parallel", *PARALLEL_KNOBS)
 """The data parallel mode and its knobs: what the DDP-or-FSDP2 comparison varies."""
 
 

@@ -134,8 +134,7 @@ class StagedSearch(SearchStrategy):
         # DDP against FSDP2 on the eager configuration at its fastest (eager trials are cheap,
         # and compile comes next around the winner); the memory stage after compile then uses
         # what sharding freed.
-        (PARALLEL_STAGE, ("parallel", "fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb",
-                          "ddp_bucket_view")),
+        (PARALLEL_STAGE, ("parallel", *PARALLEL_KNOBS)),
         ("compile", ("compile_mode", "compile_scope")),
         # Memory before kernels: the batch the device holds at once moves throughput more than
         # any kernel (ANCHORS.md), so a search cut short by its time budget loses the smaller
