@@ -88,13 +88,17 @@ def summary(rows: list[dict], devices: int) -> list[dict]:
         return r["config"].get("compile_mode", "off") != "off"
 
     out = []
-    for group in rows:
+    for i, group in enumerate(rows):
         c = group["config"]
         parallel = c.get("parallel", "none")
         if parallel == "none":
             continue
-        one = next((r for r in rows if r["config"].get("parallel", "none") == "none"
-                    and compiled(r) == compiled(group)), None)
+        # The latest one-GPU row of the same compile mode before this row (--fsdp-rounds pairs
+        # each round's rows), else the first after it.
+        ones = [(j, r) for j, r in enumerate(rows) if r["config"].get("parallel", "none") == "none"
+                and compiled(r) == compiled(group)]
+        before = [r for j, r in ones if j < i]
+        one = before[-1] if before else (ones[0][1] if ones else None)
         ok = group.get("status") == "ok" and one and one.get("status") == "ok"
         out.append({
             "compile": compiled(group),
@@ -150,11 +154,18 @@ def loss_agreement(rows: list[dict]) -> dict:
 def scaling_run(args) -> dict:
     n, b = args.devices, args.per_gpu_batch
     configs = []
-    for extra in ({}, COMPILE):
+    if args.fsdp_rounds:
+        # Only the compiled one GPU and FSDP2's two no-reshard rows, in rounds: each group row
+        # is paired with the one-GPU row of its round, so the rounds give the spread of scaling.
+        for _ in range(args.fsdp_rounds):
+            configs.append({**BASE, **COMPILE, "batch_size": b})
+            for knobs in KNOBS[:2]:
+                configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
+    for extra in ({}, COMPILE) if not args.fsdp_rounds else ():
         configs.append({**BASE, **extra, "batch_size": b})
         for parallel in ("ddp", "fsdp2"):
             configs.append({**BASE, **extra, "parallel": parallel, "devices": n, "batch_size": n * b})
-    if args.knobs:
+    if args.knobs and not args.fsdp_rounds:
         for knobs in KNOBS:
             configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
     client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
@@ -271,6 +282,9 @@ def main() -> int:
     parser.add_argument("--knobs", action="store_true",
                         help="also the compiled groups with FSDP2 not resharding and DDP's larger "
                              "bucket views")
+    parser.add_argument("--fsdp-rounds", type=int, default=0, metavar="N",
+                        help="only the compiled one GPU and FSDP2 without resharding (fp32, then "
+                             "bf16 gradient reduce), N rounds: the spread of the best scaling")
     parser.add_argument("--profile", action="store_true",
                         help="profile each compiled row after its measured steps")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
