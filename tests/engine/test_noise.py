@@ -168,8 +168,40 @@ def test_a_time_budget_keeps_room_for_the_re_measurement_or_says_it_was_dropped(
     store.close()
     # Two trials made two leaders; the third would have eaten the 2000 s reserve.
     assert len(runner.sent) == 2 and outcome.out_of_time
-    assert "kept to re-measure the leaders" in log
+    assert "kept for a trial and re-measuring the leaders" in log
     assert ", peak " in log  # each trial's progress line says what it held
     assert outcome.remeasured is None
     assert "the leaders were not re-measured" in outcome.remeasure_note
     assert outcome.remeasure_note in outcome.reason and outcome.remeasure_note in search.report(outcome)
+
+
+def test_no_trial_starts_that_could_join_the_leaders_without_time_to_re_measure_them(tmp_path, monkeypatch):
+    """Seen on the H200: with one leader the search kept no reserve, started its last trial 4 s
+    before the end of the budget, that trial became a leader, and nothing was re-measured. The
+    next trial needs room for itself and for re-measuring it beside the best."""
+    from tests.engine.test_search import CountingRunner, _search
+    from tuner_tui.engine.store import ResultStore
+
+    monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(remeasure, "expected_s", lambda result, wall_s: 100.0)
+    store = ResultStore(tmp_path / "s.sqlite3")
+    runner = CountingRunner()
+    outcome, log = _search(store, runner, choices={"optimizer": ("plain", "foreach")},
+                           fixed={"precision": "fp32", "batch_size": 0}, remeasure_repeats=1,
+                           steps=2, budget_s=60.0)
+    store.close()
+    # One trial, one leader; the second would need 100 s beside it and its own run: not started.
+    assert len(runner.sent) == 1 and outcome.out_of_time
+    assert "kept for a trial and re-measuring the leaders" in log
+
+
+def test_the_reserve_counts_the_next_trial_and_its_re_measurement_beside_the_best():
+    a, b = _row("a", 100.0), _row("b", 80.0)  # b is 20% behind: not a leader
+    wall = {"a": 40.0, "b": 60.0}
+    # median trial 50 s; re-measuring a (40) beside a trial like it (50), once: 90
+    assert remeasure.reserve_s([a, b], wall, 1) == 50.0 + 90.0
+    assert remeasure.reserve_s([a, b], wall, 2) == 50.0 + 180.0
+    c = _row("c", 99.0)
+    wall["c"] = 200.0  # two leaders whose re-measurement costs more than the guess
+    assert remeasure.reserve_s([a, b, c], wall, 1) == 60.0 + 240.0
+    assert remeasure.reserve_s([], {}, 1) == 0.0

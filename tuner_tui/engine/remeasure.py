@@ -178,6 +178,22 @@ def cost_s(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: in
     return repeats * sum(expected_s(r, wall_s) for r in leading)
 
 
+def reserve_s(eligible: Sequence[TrialResult], wall_s: dict[str, float], repeats: int) -> float:
+    """Seconds a time budget must still hold for one more trial to start: the trial itself (a
+    typical trial of this search) and, since it may become a leader, re-measuring it beside the
+    best so far, or the two leaders of now where that costs more. Without the trial's own share
+    a trial started with seconds left (seen on the H200: the last trial began 4 s before the
+    end, became a leader, and nothing was re-measured). 0 before any trial has run."""
+    if not wall_s:
+        return 0.0
+    typical = statistics.median(wall_s.values())
+    leading = leaders(eligible)[:2]
+    if not leading:
+        return typical
+    beside_best = repeats * (expected_s(leading[0], wall_s) + typical)
+    return typical + max(beside_best, cost_s(leading, wall_s, repeats))
+
+
 def within_time(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int,
                 seconds: float) -> list[TrialResult]:
     """The leaders, best first, whose repeats fit in `seconds` together; [] when even the first

@@ -162,11 +162,11 @@ class Search:
                     break
                 for i, config in enumerate(round_):
                     self._pending = len(round_) - i - 1
-                    reserve = self._remeasure_reserve()
+                    reserve = self._reserve()
                     if self._time_left() <= reserve:
                         self.out_of_time = True
-                        kept = (f" (the last {fmt.clock(reserve)} kept to re-measure the leaders)"
-                                if reserve else "")
+                        kept = (f" (the last {fmt.clock(reserve)} kept for a trial and re-measuring "
+                                "the leaders)" if reserve else "")
                         print(f"time budget of {self.plan.budget_s / 60:g} min reached{kept}; "
                               "the remaining trials were not run", file=self.out, flush=True)
                         break
@@ -176,15 +176,14 @@ class Search:
             self._next.close()
         return self._outcome()
 
-    def _remeasure_reserve(self) -> float:
-        """Seconds the time budget keeps for re-measuring the two best leaders so far (the
-        search starts no trial that would eat into it); 0 without a budget or a re-measure."""
+    def _reserve(self) -> float:
+        """Seconds the time budget must hold for the next trial to start: the trial and the
+        re-measurement of the leaders it may join (`remeasure.reserve_s`); 0 without a budget
+        or a re-measure."""
         if not self.plan.budget_s or self.plan.remeasure_repeats < 1:
             return 0.0
-        leading = remeasure.leaders(self.history.eligible())[:2]
-        if len(leading) < 2:
-            return 0.0
-        return remeasure.cost_s(leading, self.wall_s, self.plan.remeasure_repeats)
+        return remeasure.reserve_s(self.history.eligible(), self.wall_s,
+                                   self.plan.remeasure_repeats)
 
     def _time_left(self) -> float:
         if not self.plan.budget_s:
