@@ -222,6 +222,19 @@ def _search(store, runner, **plan):
     return outcome, out.getvalue()
 
 
+def test_a_compared_file_without_a_batch_trains_at_the_runs_batch(home):
+    """Seen on the H200: `tune --set batch_size=4 --compare lever.toml` measured the levers at
+    the workload's default batch (2), beside a search at 4, and called them slower."""
+    store = ResultStore(home / "results.sqlite3")
+    silent = TuneConfig.from_dict({"precision": "fp32", "optimizer": "foreach"})
+    named = TuneConfig.from_dict({"precision": "fp32", "optimizer": "foreach", "batch_size": 1})
+    outcome, _ = _search(store, CountingRunner(), compare=[silent, named],
+                         choices={"precision": ("fp32",)}, fixed={"batch_size": 3})
+    store.close()
+    assert [r.batch_size for r in outcome.compared] == [3, 1]
+    assert [r.config["batch_size"] for r in outcome.compared] == [3, 1]
+
+
 def test_search_ranks_respects_the_memory_budget_and_reuses_the_store(home):
     store = ResultStore(home / "results.sqlite3")
     runner = CountingRunner()

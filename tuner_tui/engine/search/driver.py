@@ -152,10 +152,10 @@ class Search:
                   + budget_scope(self.caps.device, self.space.devices)
                   + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
                   + ")", file=self.out, flush=True)
-            for config in self.plan.compare:
+            compare = [self._at_run_batch(c) for c in self.plan.compare]
+            for config in compare:
                 config.check_runnable(self.caps)
-            self.compared = [self.evaluate(self.space.canonical(c), aside=True)
-                             for c in self.plan.compare]
+            self.compared = [self.evaluate(self.space.canonical(c), aside=True) for c in compare]
             while not self.out_of_time:
                 round_ = self.strategy.propose(self.history)
                 if not round_:
@@ -288,6 +288,15 @@ class Search:
                                stop_if_slower_than_ms=stop_ms)
         finally:
             client.stop()
+
+    def _at_run_batch(self, config: TuneConfig) -> TuneConfig:
+        """A compared file that leaves the batch at the workload's default (0) trains at this
+        run's batch (`--set batch_size=...`): a different batch is a different training run, so
+        its speed would not compare (seen on the H200: lever files at batch 2 beside a search at
+        batch 4). A file that names its batch keeps it, and its label says so."""
+        if config.batch_size:
+            return config
+        return config.replace(batch_size=self.space.start().batch_size)
 
     def _remeasure_leaders(self) -> remeasure.Verdict | None:
         """The leaders run again, interleaved, with few steps and no early stop; their losses
