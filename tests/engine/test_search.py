@@ -235,6 +235,17 @@ def test_a_compared_file_without_a_batch_trains_at_the_runs_batch(home):
     assert [r.config["batch_size"] for r in outcome.compared] == [3, 1]
 
 
+def test_the_first_candidate_is_estimated_from_the_reference_run_before_it(home):
+    """Seen on the H200: the fp32 reference at the run's batch ran first, for its losses, and
+    the search's first candidate, estimated before it, had no memory estimate at all."""
+    store = ResultStore(home / "results.sqlite3")
+    outcome, _ = _search(store, CountingRunner(), choices={"optimizer": ("plain", "foreach")},
+                         fixed={"precision": "bf16", "batch_size": 3})
+    store.close()
+    first, *_ = [r for r in outcome.results if r.config["precision"] == "bf16"]
+    assert first.memory_estimate is not None and first.memory_estimate["total"] > 0
+
+
 def test_search_ranks_respects_the_memory_budget_and_reuses_the_store(home):
     store = ResultStore(home / "results.sqlite3")
     runner = CountingRunner()

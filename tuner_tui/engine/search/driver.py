@@ -211,23 +211,17 @@ class Search:
             return self._decided(config, stored.result, "reused", aside)
         # The estimate first: a configuration that will not run needs no reference either.
         # It skips only what is clearly over (SKIP_MARGIN); near the limit the trial runs.
-        estimated = estimate(config, self.history.all(), self.default_batch)
         limit = self.budget_bytes if limit is None else limit
-        if (use_estimate and estimated is not None and estimated.certain
-                and estimated.total > limit * SKIP_MARGIN):
-            result = TrialResult(
-                config=config.to_dict(), label=config.label(), status="skipped",
-                workload=self.workload["name"], device=self.caps.device,
-                batch_size=config.batch_size or self.default_batch,
-                memory_estimate=estimated.to_dict(),
-                message=f"estimated peak {fmt.gib(estimated.total)} > memory budget "
-                        f"{fmt.gib(limit)}{budget_scope(self.caps.device, config.devices)} by "
-                        f"more than {SKIP_MARGIN - 1:.0%}",
-            )
-            self._begin(config)
-            self.progress.end(f"skipped: {result.message}")
-            return self._decided(config, result, "skipped", aside)
+        estimated = estimate(config, self.history.all(), self.default_batch)
+        if use_estimate and self._clearly_over(estimated, limit):
+            return self._skip(config, estimated, limit, aside)
         reference = self._reference_for(config)
+        if estimated is None:
+            # The reference was the first trial measured: the estimate can start from it (else
+            # the search's first candidate ran with none, seen on the H200).
+            estimated = estimate(config, self.history.all(), self.default_batch)
+            if use_estimate and self._clearly_over(estimated, limit):
+                return self._skip(config, estimated, limit, aside)
         self._begin(config)
         began = time.monotonic()
         result = self._run(config, reference, steps)
@@ -238,6 +232,25 @@ class Search:
                           self.plan.warmup_steps)
         self.progress.end(summary(result) + _compile_note(result))
         return self._decided(config, result, "ran", aside)
+
+    @staticmethod
+    def _clearly_over(estimated, limit: int) -> bool:
+        return (estimated is not None and estimated.certain
+                and estimated.total > limit * SKIP_MARGIN)
+
+    def _skip(self, config: TuneConfig, estimated, limit: int, aside: bool) -> TrialResult:
+        result = TrialResult(
+            config=config.to_dict(), label=config.label(), status="skipped",
+            workload=self.workload["name"], device=self.caps.device,
+            batch_size=config.batch_size or self.default_batch,
+            memory_estimate=estimated.to_dict(),
+            message=f"estimated peak {fmt.gib(estimated.total)} > memory budget "
+                    f"{fmt.gib(limit)}{budget_scope(self.caps.device, config.devices)} by "
+                    f"more than {SKIP_MARGIN - 1:.0%}",
+        )
+        self._begin(config)
+        self.progress.end(f"skipped: {result.message}")
+        return self._decided(config, result, "skipped", aside)
 
     def _begin(self, config: TuneConfig) -> None:
         index = len(self.order) + 1
