@@ -242,18 +242,23 @@ def faults_run(args) -> dict:
         print(json.dumps(doc["kill"]), flush=True)
         if args.device != "cuda":  # the CPU would swap, not fail
             return doc
-        # A real OOM at a small batch: fp32 with the manual attention, which keeps every
-        # head's 1024 x 1024 scores (about 3 GiB a sequence on GPT-2 124M, so 64 per GPU need
-        # ~190 GiB). The worker's fp32 reference for the global batch uses SDPA and its
-        # fallbacks; at 512 sequences (bf16 at 256 per GPU) it had taken more than 170 s on
-        # the H200 before the group even started.
+        # A real OOM: fp32 with the manual attention, which keeps every head's 1024 x 1024
+        # scores and probabilities (at least 1.2 GB a sequence on GPT-2 124M). 64 per GPU ran
+        # on the H200 (so more than 76 GB), hence 128 per GPU need more than 152. The worker's
+        # fp32 reference for the global batch uses SDPA and its fallbacks; at 512 sequences
+        # (bf16 at 256 per GPU) it had taken more than 170 s before the group even started.
         big = {**config, "precision": "fp32", "attention": "manual",
                "batch_size": n * args.oom_batch_per_gpu}
         client.send(protocol.ApplyConfig(TuneConfig.from_dict(big), measure_steps=5))
         started = time.monotonic()
         failed = wait_for(client, (protocol.RunFailed, protocol.TrialFinished), 300)
-        doc["oom"] = {"kind": getattr(failed, "kind", None),
+        finished = isinstance(failed, protocol.TrialFinished)
+        doc["oom"] = {"kind": "no out of memory: the run fitted" if finished
+                      else getattr(failed, "kind", None),
                       "message": getattr(failed, "message", None),
+                      "peak_gib_per_rank": [round((p.get("peak_memory_bytes") or 0) / GIB, 1)
+                                            for p in failed.result.to_dict().get("per_rank", [])]
+                      if finished else None,
                       "seconds": round(time.monotonic() - started, 2),
                       "ranks_after": rank_pids(client.pid)}
         print(json.dumps(doc["oom"]), flush=True)
@@ -289,7 +294,7 @@ def main() -> int:
                         help="profile each compiled row after its measured steps")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
     parser.add_argument("--fault-workload", default="gpt2-124m")
-    parser.add_argument("--oom-batch-per-gpu", type=int, default=64)
+    parser.add_argument("--oom-batch-per-gpu", type=int, default=128)
     parser.add_argument("--summarize", metavar="JSON",
                         help="print the scaling summary of a committed result file (no run)")
     args = parser.parse_args()
