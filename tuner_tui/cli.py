@@ -148,7 +148,8 @@ def add_tune_parser(sub) -> None:
     tune.add_argument("--compare", metavar="FILE", action="append", default=[],
                       help="an exported configuration to measure first, side by side, such as "
                            "the one you train with now (repeatable); the report gives the "
-                           "recommendation's speed against it")
+                           "recommendation's speed against it. A file that sets no batch size "
+                           "trains at the run's")
     tune.add_argument("--max-memory", metavar="SIZE", help="memory budget per GPU, e.g. 40GiB: "
                       "with devices > 1 each rank's peak counts against it; trials estimated to "
                       "need more are skipped (default: the GPU's memory; on the CPU, the "
