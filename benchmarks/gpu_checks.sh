@@ -23,6 +23,8 @@
 #   fit-levers  issue 13 on the HF Llama: one lever at a time (bf16 weights, the fused
 #             linear+CE swap inside HF's forward, fp8 against the same without), then
 #             `tune --max-memory 24GiB`                                             ~9 min
+#   fit-24    fit-levers' second half alone: `tune --max-memory 24GiB`; FIT_WORKLOAD picks the
+#             model (default the HF Llama; llama-1b)                                ~4.5 min
 #   fit-recipe-lean  the same with bf16 weights, bf16 state and the fused loss held, so that the
 #             search reaches fp8 inside one device call; a 7.3-minute budget that holds
 #             the leaders' re-measurement, the recipe before it                     ~8.5 min
@@ -55,8 +57,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 gputune() { python3 -m tuner_tui.cli "$@"; }
@@ -292,9 +294,12 @@ PY
       --config $c/fit-bf16-lce.toml --config $c/fit-bf16-lce-fp8.toml \
       --config $c/fit-bf16-lce.toml --config $c/fit-bf16-lce-fp8.toml \
       --json "$OUT/bench-$name-levers.json" > "$OUT/bench-$name-levers.log" 2>&1
-    tail -12 "$OUT/bench-$name-levers.log"
+    tail -12 "$OUT/bench-$name-levers.log" ;;&
+  fit-levers|fit-24)
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    w=${FIT_WORKLOAD:-examples.hf_causal_lm:llama}; name=${w##*:}; [ "$name" = llama ] && name=hf-llama
     gputune tune --workload $w --device cuda --set batch_size=4 --max-memory 24GiB \
-      --budget-minutes "${FIT_LEVERS_MINUTES:-3}" --trial-timeout 150 --steps 10 \
+      --budget-minutes "${FIT_LEVERS_MINUTES:-4}" --trial-timeout 150 --steps 10 --remeasure 1 \
       --set precision=bf16 --set attention=sdpa --set compile_mode=default --set compile_scope=model \
       --set optimizer=fused --set fp8=off --search weights=fp32,bf16 --search optimizer_state=fp32,8bit \
       --search fused_kernels=none,rms_norm+swiglu+linear_cross_entropy --search checkpointing=off,full \

@@ -204,4 +204,4 @@ def test_the_reserve_counts_the_next_trial_and_its_re_measurement_beside_the_bes
     c = _row("c", 99.0)
     wall["c"] = 200.0  # two leaders whose re-measurement costs more than the guess
     assert remeasure.reserve_s([a, b, c], wall, 1) == 60.0 + 240.0
-    assert remeasure.reserve_s([], {}, 1) == 0.0
+    assert remeasure.reserve_s([], wall, 1) == 0.0  # nothing fits yet: search on

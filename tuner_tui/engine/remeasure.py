@@ -183,13 +183,12 @@ def reserve_s(eligible: Sequence[TrialResult], wall_s: dict[str, float], repeats
     typical trial of this search) and, since it may become a leader, re-measuring it beside the
     best so far, or the two leaders of now where that costs more. Without the trial's own share
     a trial started with seconds left (seen on the H200: the last trial began 4 s before the
-    end, became a leader, and nothing was re-measured). 0 before any trial has run."""
-    if not wall_s:
+    end, became a leader, and nothing was re-measured). 0 until a trial is eligible (fits and
+    keeps the loss): until one does, finding it is worth the whole budget."""
+    leading = leaders(eligible)[:2]
+    if not leading or not wall_s:
         return 0.0
     typical = statistics.median(wall_s.values())
-    leading = leaders(eligible)[:2]
-    if not leading:
-        return typical
     beside_best = repeats * (expected_s(leading[0], wall_s) + typical)
     return typical + max(beside_best, cost_s(leading, wall_s, repeats))
 
