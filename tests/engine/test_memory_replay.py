@@ -9,7 +9,10 @@ from strategies.config import TuneConfig
 from tuner_tui.engine.model_shape import model_shape
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.memory import estimate
-from tuner_tui.engine.search.memory_prior import ModelShape, per_sample_bytes, step_bytes
+from tuner_tui.engine.search.memory import fixed_bytes
+from tuner_tui.engine.search.memory_prior import (
+    ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes,
+)
 from tuner_tui.engine.search.memory_replay import replay_file, run_order
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30"
@@ -17,7 +20,9 @@ COMMITTED = ["call1-fit/tune-hf-recipe-budget.json", "call1-fit/tune-hf-llama-24
              "call2-fit-recipe/tune-hf-recipe-budget.json",
              "call7-fit-recipe/tune-hf-recipe-budget.json", "call6-fit-probe/bench-hf-probe.json",
              "call1-fit/bench-hf-llama-levers.json",
-             "call10-parallel-hf-two-tune/tune-2gpu-24gib.json"]  # two GPUs: DDP, FSDP2
+             "call10-parallel-hf-two-tune/tune-2gpu-24gib.json",  # two GPUs: DDP, FSDP2
+             "call17-fit-recipe-lean/tune-hf-recipe-lean.json",
+             "call18-fit-llama/tune-llama-1b-recipe-lean.json"]  # the built-in llama-1b
 
 
 @pytest.mark.parametrize("name", COMMITTED)
@@ -69,12 +74,14 @@ def test_fp32_grouped_query_attention_keeps_the_softmax_weights():
     assert with_scores + kv_saved == 64 * 2 * 4 * 64 * 4  # tokens x layers x heads x seq x fp32
 
 
-def test_a_step_holds_the_larger_of_autocast_copies_and_the_optimizers_fp32_copies():
+def test_autocast_keeps_weight_copies_and_torchaos_step_upcasts_the_largest_matrix():
     n = 10**6
     autocast = TuneConfig().replace(precision="bf16")
-    assert step_bytes(autocast, TINY, n) == 2 * n
-    assert step_bytes(BASE, TINY, n) == 16 * 512 * 64
-    assert step_bytes(autocast.replace(optimizer_state="8bit"), TINY, n) == max(2 * n, 16 * 512 * 64)
+    assert autocast_copy_bytes(autocast, n) == 2 * n
+    assert optimizer_copy_bytes(autocast, TINY) == 0  # torch's AdamW: no fp32 working copies
+    assert autocast_copy_bytes(BASE, n) == 0  # bf16 weights: nothing to cast
+    assert optimizer_copy_bytes(BASE, TINY) == 16 * 512 * 64  # param, grad, 2 moments in fp32
+    assert optimizer_copy_bytes(autocast.replace(optimizer_state="8bit"), TINY) == 16 * 512 * 64
 
 
 def _trial(config: TuneConfig, peak: int, n_params: int) -> TrialResult:
@@ -89,11 +96,11 @@ def test_under_fsdp2_the_step_part_is_per_shard_and_has_no_autocast_copies():
     """FSDP2 gathers each block's parameters in the compute dtype (no whole-model autocast
     copies) and torchao's AdamW upcasts this device's shard of each tensor, not the whole."""
     n = 10_000_000
-    autocast = BASE.replace(weights="fp32", optimizer_state="fp32")
+    autocast = BASE.replace(weights="fp32", optimizer_state="fp32", compile_mode="off")
     fsdp = {"parallel": "fsdp2", "devices": 4}
-    assert step_bytes(autocast.replace(**fsdp), TINY, n) == 0
-    assert step_bytes(BASE.replace(**fsdp), TINY, n) == step_bytes(BASE, TINY, n) / 4
-    assert step_bytes(autocast.replace(parallel="ddp", devices=4), TINY, n) == 2 * n
+    assert autocast_copy_bytes(autocast.replace(**fsdp), n) == 0
+    assert optimizer_copy_bytes(BASE.replace(**fsdp), TINY) == optimizer_copy_bytes(BASE, TINY) / 4
+    assert autocast_copy_bytes(autocast.replace(parallel="ddp", devices=4), n) == 2 * n
 
 
 def test_the_fused_swiglu_keeps_one_intermediate_vector_less_in_eager():
@@ -106,25 +113,86 @@ def test_the_fused_swiglu_keeps_one_intermediate_vector_less_in_eager():
     assert per_sample_bytes(compiled, TINY) == per_sample_bytes(BASE, TINY)
 
 
-def test_the_step_part_does_not_scale_with_the_micro_batch():
+def _autocast_trial(config: TuneConfig, rest: int, n: int) -> TrialResult:
+    peak = fixed_bytes(config, n) + autocast_copy_bytes(config, n) + rest
+    return TrialResult(config=config.to_dict(), label=config.label(), status="ok",
+                       peak_memory_bytes=int(peak), model_shape=TINY.to_dict(),
+                       memory_parts={"parameters": 4 * n, "gradients": 4 * n,
+                                     "optimizer_state": 8 * n})
+
+
+AUTOCAST = TuneConfig().replace(precision="bf16", batch_size=8)  # eager
+
+
+def test_autocasts_weight_copies_do_not_scale_with_the_micro_batch():
+    n = 10**5
+    assert autocast_copy_bytes(AUTOCAST, n) == 2 * n
+    trial = _autocast_trial(AUTOCAST, 8 * 1000, n)
+    half = estimate(AUTOCAST.replace(micro_batch_size=4), [trial], 8)
+    assert half.certain
+    assert half.total == fixed_bytes(AUTOCAST, n) + 2 * n + 4 * 1000
+
+
+def test_under_compile_autocast_keeps_no_weight_copies():
+    """The partitioner casts the fp32 weights again in the backward: counting copies put a
+    compiled HF Llama 20% over on the H200."""
+    assert autocast_copy_bytes(AUTOCAST.replace(compile_mode="default"), 10**5) == 0
+
+
+def test_a_whole_model_graph_that_accumulates_holds_a_second_set_of_gradients():
+    """Seen on the H200: compiled, micro-batch 2 of 4 held the bf16 gradients (2.8 GiB) more
+    than its activations: the graph returns the new gradients at once, beside the old."""
+    n = 10**5
+    compiled = AUTOCAST.replace(compile_mode="default")
+    trial = _autocast_trial(compiled, 8 * 1000, n)
+    half = estimate(compiled.replace(micro_batch_size=4), [trial], 8)
+    grads = 4 * n  # fp32 weights: fp32 gradients
+    assert half.total == fixed_bytes(compiled, n) + 4 * 1000 + grads
+    # per block, each block's graph returns only its own gradients: not counted
+    blocks = compiled.replace(compile_scope="block")
+    trial = _autocast_trial(blocks, 8 * 1000, n)
+    assert estimate(blocks.replace(micro_batch_size=4), [trial], 8).total == \
+        fixed_bytes(blocks, n) + 4 * 1000
+
+
+def test_the_optimizer_steps_copies_do_not_add_to_the_activations():
+    """torchao's AdamW upcasts per tensor after the backward has freed the activations: the
+    peak is the larger of the two (adding them put an HF Llama's estimate 23% over)."""
     n = 10**5
     measured = BASE.replace(batch_size=8, optimizer_state="bf16")
-    once = step_bytes(measured, TINY, n)
-    peak = 8 * n + once + 8 * 1000
-    half = estimate(measured.replace(micro_batch_size=4), [_trial(measured, peak, n)], 8)
-    assert half.certain and half.total == 8 * n + once + 4 * 1000
+    copies = optimizer_copy_bytes(measured, TINY)
+    big = 8 * copies  # activations well above the step's copies
+    trial = _trial(measured, 8 * n + big, n)
+    assert estimate(measured.replace(batch_size=16), [trial], 8).total == 8 * n + 2 * big
+    # a micro-batch whose activations fall under the copies: the copies set the peak
+    tiny = estimate(measured.replace(micro_batch_size=1, compile_scope="block"), [trial], 8)
+    assert tiny.total == 8 * n + copies
+
+
+def test_a_trial_whose_peak_the_optimizer_step_set_does_not_scale_its_copies():
+    """A full-checkpointing trial's peak was the step's 4 GiB of fp32 copies; taken for
+    activations and scaled up to no checkpointing, the estimate was 6x the measured peak."""
+    n = 10**5
+    measured = BASE.replace(batch_size=8, optimizer_state="bf16", checkpointing="full")
+    copies = optimizer_copy_bytes(measured, TINY)
+    trial = _trial(measured, 8 * n + copies, n)  # the step set the peak
+    target = measured.replace(checkpointing="off")
+    found = estimate(target, [trial], 8)
+    assert not found.certain
+    prior = 8 * per_sample_bytes(target, TINY)
+    assert found.total <= 8 * n + max(copies, prior * copies / (8 * per_sample_bytes(measured, TINY)))
 
 
 def test_an_unmeasured_option_is_scaled_by_its_prior_and_stays_uncertain():
     n = 10**5
     measured = BASE.replace(batch_size=8, optimizer_state="bf16")
-    once = step_bytes(measured, TINY, n)
     per_sample = per_sample_bytes(measured, TINY)
-    trial = _trial(measured, int(8 * n + once + 8 * per_sample), n)
+    trial = _trial(measured, int(8 * n + 8 * per_sample), n)
     target = measured.replace(checkpointing="full")
     found = estimate(target, [trial], 8)
     assert not found.certain
-    assert found.total == pytest.approx(8 * n + once + 8 * per_sample_bytes(target, TINY), abs=8)
+    expected = 8 * n + max(8 * per_sample_bytes(target, TINY), optimizer_copy_bytes(target, TINY))
+    assert found.total == pytest.approx(expected, abs=8)
 
 
 def test_the_shape_is_read_from_a_hugging_face_config():

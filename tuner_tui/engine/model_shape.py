@@ -30,5 +30,8 @@ def model_shape(model, seq_len: int) -> dict:
     # GPT-2's MLP is one up projection of 4h (n_inner None); count it as an intermediate of 4h.
     intermediate = _first(src, "intermediate_size", "ffn_hidden", "n_inner") or 4 * hidden
     kv_heads = _first(src, "num_key_value_heads", "n_kv_head") or heads
-    return {"layers": layers, "hidden": hidden, "intermediate": int(intermediate),
-            "heads": heads, "kv_heads": int(kv_heads), "vocab": vocab, "seq_len": int(seq_len)}
+    shape = {"layers": layers, "hidden": hidden, "intermediate": int(intermediate),
+             "heads": heads, "kv_heads": int(kv_heads), "vocab": vocab, "seq_len": int(seq_len)}
+    if getattr(src, "repeats_kv", False):  # memory_prior.ModelShape.kv_repeated
+        shape["kv_repeated"] = True
+    return shape

@@ -16,7 +16,9 @@ from typing import Iterable
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
 from tuner_tui.engine.protocol import TrialResult, measured_peak
-from tuner_tui.engine.search.memory_prior import ModelShape, per_sample_bytes, shards, step_bytes
+from tuner_tui.engine.search.memory_prior import (
+    ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes, shards,
+)
 
 CHECKPOINT_PRIOR = 1.0
 """Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
@@ -146,9 +148,11 @@ def estimate(
     is the prior's from the model's shapes (`memory_prior`), or 1 without them.
 
     With the shapes (`shape`, else a measured trial's `model_shape`), what a step holds whatever
-    its micro-batch (`memory_prior.step_bytes`) is set apart before scaling by the micro-batch;
-    without them the whole rest is per-sample, which over-estimates larger micro-batches (the
-    safe side). A trial measured without its parts counts its whole peak as per-sample. None
+    its micro-batch is set apart before scaling by the micro-batch: autocast's weight copies,
+    beside the activations (`memory_prior.autocast_copy_bytes`), and the optimizer step's
+    working copies, after them (`optimizer_copy_bytes`: the rest is the larger of the two
+    moments). Without the shapes the whole rest is per-sample, which over-estimates larger
+    micro-batches (the safe side). A trial measured without its parts counts its whole peak as per-sample. None
     when nothing was measured."""
     known = [(r.tune_config, r) for r in measured if measured_peak(r)]
     if not known:
@@ -163,13 +167,36 @@ def estimate(
     def micro(c: TuneConfig) -> int:
         return micro_batch(c, default_batch)
 
-    def once(c: TuneConfig) -> float:
-        return step_bytes(c, shape, n_params) if shape is not None else 0.0
+    def beside(c: TuneConfig) -> float:
+        """Held beside the activations whatever the micro-batch: autocast's weight copies and,
+        where a whole-model graph accumulates gradients, the new gradients it returns at once
+        beside those it adds them to (seen on the H200: micro-batch 2 held 2.8 GiB more than
+        its activations, the gradients of the HF Llama in bf16)."""
+        if shape is None:
+            return 0.0
+        extra = autocast_copy_bytes(c, n_params)
+        if (c.compile_mode != "off" and c.compile_scope == "model"
+                and micro(c) < max(1, (c.batch_size or default_batch) // c.devices)):
+            extra += static_parts(c, n_params)[1]
+        return extra
+
+    def after(c: TuneConfig) -> float:  # held at the optimizer step, once activations are freed
+        return optimizer_copy_bytes(c, shape) if shape is not None else 0.0
+
+    def step_bound(c: TuneConfig, r: TrialResult) -> bool:
+        """True when the optimizer step may have set this trial's peak: its activations are
+        then unknown (only bounded), and a full-checkpointing trial's 4 GiB of step copies
+        taken for activations and scaled to no checkpointing had put an estimate 6x over."""
+        return (n_params is not None and after(c) > 0
+                and measured_peak(r) - fixed_bytes(c, n_params) <= 1.05 * after(c))
 
     def per_sample(c: TuneConfig, r: TrialResult) -> float:
         if n_params is None:
             return measured_peak(r) / micro(c)
-        return max(1, measured_peak(r) - fixed_bytes(c, n_params) - once(c)) / micro(c)
+        rest = max(1, measured_peak(r) - fixed_bytes(c, n_params) - beside(c))
+        if step_bound(c, r):  # activations at most `rest`: the prior's, up to that
+            rest = min(rest, per_sample_bytes(c, shape) * micro(c))
+        return rest / micro(c)
 
     def distance(item):
         c, _ = item
@@ -180,11 +207,12 @@ def estimate(
         return (others, abs(math.log(micro(c) / micro(config))))
 
     near_config, near = min(known, key=distance)
-    ratio, certain = 1.0, True
+    ratio, certain = 1.0, not step_bound(near_config, near)
     step = near_config
+    pairs = [(c, r) for c, r in known if not step_bound(c, r)]
     for key in _differing(near_config, config):
         found = option_ratio(key, _activation_values(config, key),
-                             _activation_values(near_config, key), known, per_sample)
+                             _activation_values(near_config, key), pairs, per_sample)
         moved = _with_option(step, config, key)
         if found is None:
             certain = False
@@ -192,7 +220,8 @@ def estimate(
                 found = per_sample_bytes(moved, shape) / max(1.0, per_sample_bytes(step, shape))
         ratio *= found if found is not None else 1.0
         step = moved
-    rest = per_sample(near_config, near) * ratio * micro(config) + once(config)
+    rest = max(per_sample(near_config, near) * ratio * micro(config) + beside(config),
+               after(config))
     statics = static_parts(config, n_params) if n_params is not None else (0, 0, 0)
     extra = data_parallel_bytes(config, n_params) if n_params is not None else 0
     return MemoryEstimate(*statics, int(rest), extra, near.label, certain)

@@ -24,6 +24,10 @@ class ModelShape:
     kv_heads: int
     vocab: int
     seq_len: int
+    kv_repeated: bool = False
+    """The model repeats keys and values to every query head before attention (the built-in
+    Llama does; HF's passes grouped heads to SDPA): SDPA keeps the repeated copies, and in fp32
+    it needs no math path for grouped heads, which keeps the softmax weights."""
 
     @property
     def kv(self) -> int:
@@ -31,16 +35,20 @@ class ModelShape:
         return self.hidden // self.heads * self.kv_heads
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.kv_repeated:
+            del d["kv_repeated"]  # as the files before the flag: most models do not
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "ModelShape | None":
         if not d:
             return None
         try:
-            return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
+            counts = {k: int(d[k]) for k in cls.__dataclass_fields__ if k != "kv_repeated"}
         except (KeyError, TypeError, ValueError):
             return None
+        return cls(**counts, kv_repeated=bool(d.get("kv_repeated", False)))
 
 
 def activation_bytes(config: TuneConfig) -> int:
@@ -63,6 +71,8 @@ def _kept_per_layer(config: TuneConfig, s: ModelShape) -> tuple[float, float]:
         # the fused SwiGLU kernel recomputes silu(gate) in its backward instead of keeping it.
         swiglu = "swiglu" in config.effective_kernels()
         kept, linear_inputs = 7 * h + 3 * kv + (3 if swiglu else 4) * i, 2 * h + i
+    if s.kv_repeated and kv < h:
+        kept += 2 * h  # the repeated keys and values, which SDPA keeps for its backward
     if config.fp8 != "off":
         # float8 training keeps the linears' inputs (the normed hidden twice, the MLP product)
         # as one-byte copies in place of the activation dtype's.
@@ -90,7 +100,7 @@ def per_sample_bytes(config: TuneConfig, s: ModelShape) -> float:
         checkpointed = s.layers // every
         per_token = (s.layers - checkpointed) * layer + checkpointed * s.hidden * b + layer
         return s.seq_len * (per_token + _head_per_token(config, s, b))
-    if b == 4 and s.kv_heads < s.heads:
+    if b == 4 and s.kv_heads < s.heads and not s.kv_repeated:
         # SDPA's fused kernels need half precision for grouped-query attention: fp32 takes the
         # math path, which keeps the softmax weights (heads x seq per token) for the backward.
         layer += s.heads * s.seq_len * 4
@@ -111,18 +121,25 @@ def shards(config: TuneConfig) -> int:
     return config.devices if config.parallel == "fsdp2" else 1
 
 
-def step_bytes(config: TuneConfig, s: ModelShape, n_params: int) -> float:
-    """What a step holds whatever its micro-batch: the larger of autocast's half-precision
-    copies of fp32 weights (kept from forward through backward) and the optimizer step's fp32
-    working copies of the largest matrix (the embedding or LM head: parameter, gradient and two
-    moments) where torchao's AdamW upcasts per tensor (bf16 weights, bf16 or 8-bit state). The
-    two never coexist: the step runs once the backward has freed the copies."""
-    autocast_copies = 0.0
-    # (FSDP2 gathers each block's parameters in the compute dtype instead, a block at a time.)
+def autocast_copy_bytes(config: TuneConfig, n_params: int) -> float:
+    """Autocast's half-precision copies of fp32 weights, kept in eager from the forward through
+    the backward beside the activations, whatever the micro-batch. Under compile the
+    partitioner casts the weights again in the backward (the fp32 weights are there anyway):
+    counting the copies there put a compiled, selectively checkpointed HF Llama 20% over. (FSDP2
+    gathers each block's parameters in the compute dtype instead, a block at a time.)"""
+    if config.compile_mode != "off":
+        return 0.0
     if config.weights == "fp32" and config.precision in ("bf16", "fp16") and shards(config) == 1:
-        autocast_copies = 2 * n_params
-    optimizer_copies = 0.0
+        return 2 * n_params
+    return 0.0
+
+
+def optimizer_copy_bytes(config: TuneConfig, s: ModelShape) -> float:
+    """The optimizer step's fp32 working copies of the largest matrix (the embedding or LM
+    head: parameter, gradient and two moments) where torchao's AdamW upcasts per tensor (bf16
+    weights, bf16 or 8-bit state), on this device's shard. The step runs after the backward has
+    freed the activations and autocast's copies, so these do not add to them: a step's peak is
+    the larger of the two (on the H200, adding them put the estimate of an HF Llama 23% over)."""
     if config.weights == "bf16" or config.optimizer_state in ("bf16", "8bit"):
-        # Per tensor, on this device's shard of it.
-        optimizer_copies = 4 * 4 * s.vocab * s.hidden / shards(config)
-    return max(autocast_copies, optimizer_copies)
+        return 4 * 4 * s.vocab * s.hidden / shards(config)
+    return 0.0

@@ -25,6 +25,9 @@ WORKLOAD_SHAPES = {
     # committed H200 files were written before trials carried `model_shape`.
     "hf-llama-1b": ModelShape(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
                               vocab=128256, seq_len=2048),
+    # the built-in llama-1b: its files up to 2026-11-30 do not say that it repeats k and v
+    "llama-1b": ModelShape(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
+                           vocab=128256, seq_len=2048, kv_repeated=True),
 }
 
 # A trial's progress line: "[3/10 | 2m10s elapsed] LABEL: ..." (tune) or "[3/6] LABEL: ..." (bench).
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     paths = sys.argv[1:] if argv is None else argv
     worst = 0.0
     for path in paths:
+        if "results" not in json.loads(Path(path).read_text()):
+            print(f"== {path}: not a tune or bench file (no results), skipped")
+            continue
         rows = replay_file(path)
         print(f"== {path}")
         print(format_rows(rows))

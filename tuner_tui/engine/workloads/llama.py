@@ -22,6 +22,9 @@ class LlamaShape:
     block_size: int = 2048
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    #: Attention repeats keys and values to every query head before SDPA (what the memory
+    #: model's prior needs to know, `ModelShape.kv_repeated`).
+    repeats_kv = True
 
 
 def rotary_tables(head_dim: int, seq_len: int, theta: float, device) -> tuple[torch.Tensor, ...]:
