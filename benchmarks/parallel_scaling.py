@@ -13,6 +13,11 @@ worker (and the two groups of a mode one set of ranks), to keep the run short; e
 configuration is built afresh from the same seeded weights. DDP and FSDP2 train on the same
 global batch, so their losses are compared too.
 
+--ladder 1,2,4,8: the compiled rows only, DDP and FSDP2 with the knobs that scaled best on two
+GPUs (issue 15: FSDP2 not resharding, gradients reduced in bf16; DDP's 100 MB bucket views), at
+each number of GPUs this machine has; the sizes it lacks are listed as not run, so one command
+serves every machine. --plot FILE.svg draws scaling against GPUs from result files.
+
 --faults: a live DDP run whose rank 1 is killed (the time until the worker reports it, and until
 a new group trains), then a configuration too large for the GPUs (a real out of memory).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -46,6 +52,9 @@ KNOBS = ({"parallel": "fsdp2", "fsdp_reshard": False},
          {"parallel": "fsdp2", "fsdp_reshard": False, "fsdp_reduce": "bf16"},
          {"parallel": "ddp", "ddp_bucket_mb": 100, "ddp_bucket_view": True})
 KNOB_KEYS = ("fsdp_reshard", "fsdp_reduce", "ddp_bucket_mb", "ddp_bucket_view")
+# --ladder: each mode at the knobs that scaled best on two H200s (call15, call20).
+LADDER_KNOBS = {"fsdp2": {"fsdp_reshard": False, "fsdp_reduce": "bf16"},
+                "ddp": {"ddp_bucket_mb": 100, "ddp_bucket_view": True}}
 GIB = 1024**3
 
 
@@ -100,14 +109,15 @@ def summary(rows: list[dict], devices: int) -> list[dict]:
         before = [r for j, r in ones if j < i]
         one = before[-1] if before else (ones[0][1] if ones else None)
         ok = group.get("status") == "ok" and one and one.get("status") == "ok"
+        size = c.get("devices", devices)
         out.append({
             "compile": compiled(group),
             "parallel": parallel,
             "knobs": knobs(c),
-            "devices": devices,
+            "devices": size,
             "tokens_per_s": group.get("tokens_per_s"),
             "tokens_per_s_one_gpu": one.get("tokens_per_s") if one else None,
-            "scaling": group["tokens_per_s"] / (devices * one["tokens_per_s"]) if ok else None,
+            "scaling": group["tokens_per_s"] / (size * one["tokens_per_s"]) if ok else None,
             # The scaling's relative spread: the two rows' step spreads combined; a difference
             # from a target smaller than this is a tie.
             "scaling_spread": noise.tie_gap(step_spread(group), step_spread(one)) if ok else None,
@@ -154,6 +164,19 @@ def loss_agreement(rows: list[dict]) -> dict:
 def scaling_run(args) -> dict:
     n, b = args.devices, args.per_gpu_batch
     configs = []
+    client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
+    not_run = []
+    if args.ladder:
+        sizes = args.ladder
+        have = ready.environment.get("gpu_count") if args.device == "cuda" else None
+        if have:
+            not_run = [k for k in sizes if k > have]
+            sizes = [k for k in sizes if k <= have]
+        configs.append({**BASE, **COMPILE, "batch_size": b})
+        for k in sizes:
+            for mode, extra in LADDER_KNOBS.items() if k > 1 else ():
+                configs.append({**BASE, **COMPILE, "parallel": mode, **extra, "devices": k,
+                                "batch_size": k * b})
     if args.fsdp_rounds:
         # Only the compiled one GPU and FSDP2's two no-reshard rows, in rounds: each group row
         # is paired with the one-GPU row of its round, so the rounds give the spread of scaling.
@@ -161,17 +184,19 @@ def scaling_run(args) -> dict:
             configs.append({**BASE, **COMPILE, "batch_size": b})
             for knobs in KNOBS[:2]:
                 configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
-    for extra in ({}, COMPILE) if not args.fsdp_rounds else ():
+    for extra in ({}, COMPILE) if not (args.fsdp_rounds or args.ladder) else ():
         configs.append({**BASE, **extra, "batch_size": b})
         for parallel in ("ddp", "fsdp2"):
             configs.append({**BASE, **extra, "parallel": parallel, "devices": n, "batch_size": n * b})
-    if args.knobs and not args.fsdp_rounds:
+    if args.knobs and not (args.fsdp_rounds or args.ladder):
         for knobs in KNOBS:
             configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
-    client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
     doc = {"tool": "benchmarks/parallel_scaling.py", "workload": ready.workload,
            "environment": ready.environment, "devices": n, "per_gpu_batch": b,
            "steps": args.steps, "warmup_steps": args.warmup, "rows": []}
+    if not_run:
+        doc["not_run"] = {"devices": not_run, "why": f"this machine has {have} GPUs"}
+        print(f"not run: {', '.join(map(str, not_run))} GPUs (this machine has {have})", flush=True)
     try:
         for config in configs:
             started = time.monotonic()
@@ -268,6 +293,58 @@ def faults_run(args) -> dict:
     return doc
 
 
+def plot(paths: list[str], out: str) -> None:
+    """An SVG of scaling against GPUs (log scale), one line per workload and mode, from the
+    --ladder (or any scaling) result files, with the 0.9 asked at 8 GPUs drawn dashed."""
+    lines = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        name = doc["workload"]["name"]
+        for row in summary(doc["rows"], doc["devices"]):
+            if row["scaling"] is not None and row["compile"]:
+                points = lines.setdefault(f"{name} {row['parallel']}", {1: 1.0})
+                points[row["devices"]] = row["scaling"]
+    width, height, left, bottom, top = 560, 320, 60, 40, 20
+    sizes = sorted({k for pts in lines.values() for k in pts} | {1, 2})
+    span = max(1.0, math.log2(sizes[-1]))
+    low = min([0.5] + [v for pts in lines.values() for v in pts.values()]) - 0.05
+
+    def xy(k, v):
+        x = left + (width - left - 20) * math.log2(k) / span
+        y = top + (height - top - bottom) * (1.05 - v) / (1.05 - low)
+        return round(x, 1), round(y, 1)
+
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>']
+    for v in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        if low <= v:
+            x0, y = xy(1, v)
+            svg.append(f'<line x1="{x0}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd"/>')
+            svg.append(f'<text x="{x0 - 8}" y="{y + 4}" text-anchor="end">{v:.2f}</text>')
+    x0, y9 = xy(1, 0.9)
+    svg.append(f'<line x1="{x0}" y1="{y9}" x2="{width - 20}" y2="{y9}" stroke="#888" '
+               'stroke-dasharray="5,4"/>')
+    for k in sizes:
+        x, y = xy(k, low)
+        svg.append(f'<text x="{x}" y="{y + 18}" text-anchor="middle">{k}</text>')
+    svg.append(f'<text x="{width / 2}" y="{height - 4}" text-anchor="middle">GPUs</text>')
+    svg.append(f'<text x="14" y="{top + 4}">scaling</text>')
+    for i, (label, pts) in enumerate(sorted(lines.items())):
+        color = colors[i % len(colors)]
+        coords = " ".join(f"{x},{y}" for x, y in (xy(k, v) for k, v in sorted(pts.items())))
+        svg.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for k, v in sorted(pts.items()):
+            x, y = xy(k, v)
+            svg.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>')
+        svg.append(f'<text x="{left + 10}" y="{height - bottom - 10 - 16 * i}" fill="{color}">'
+                   f'{label}</text>')
+    svg.append("</svg>")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("\n".join(svg) + "\n")
+
+
 def write(path: str | None, doc: dict) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +367,12 @@ def main() -> int:
     parser.add_argument("--fsdp-rounds", type=int, default=0, metavar="N",
                         help="only the compiled one GPU and FSDP2 without resharding (fp32, then "
                              "bf16 gradient reduce), N rounds: the spread of the best scaling")
+    parser.add_argument("--ladder", type=lambda t: sorted({int(v) for v in t.split(",")}),
+                        metavar="N1,N2,...", help="the compiled rows at each number of GPUs "
+                        "(e.g. 1,2,4,8; those the machine lacks are listed as not run)")
+    parser.add_argument("--plot", nargs="+", metavar="JSON",
+                        help="draw scaling against GPUs from result files into --svg (no run)")
+    parser.add_argument("--svg", default="scaling.svg", help="where --plot writes")
     parser.add_argument("--profile", action="store_true",
                         help="profile each compiled row after its measured steps")
     parser.add_argument("--faults", action="store_true", help="the fault checks instead")
@@ -298,6 +381,10 @@ def main() -> int:
     parser.add_argument("--summarize", metavar="JSON",
                         help="print the scaling summary of a committed result file (no run)")
     args = parser.parse_args()
+    if args.plot:
+        plot(args.plot, args.svg)
+        print(f"wrote {args.svg}")
+        return 0
     if args.summarize:
         doc = json.loads(Path(args.summarize).read_text())
         for row in summary(doc["rows"], doc["devices"]):
