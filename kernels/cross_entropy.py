@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _launch
 
 #: Block the kernels walk a row of logits with.
 _BLOCK = 8192
@@ -81,7 +81,7 @@ def _cross_entropy_impl(
     lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
     if rows > 0 and not _common.tracing_interpreted(x):
         block, warps = _warps(n_cols)
-        wrap_triton(_cross_entropy_fwd_kernel)[(rows,)](
+        _launch.of(_cross_entropy_fwd_kernel)[(rows,)](
             x, target, loss, lse, n_cols, ignore_index, BLOCK=block, num_warps=warps
         )
     return loss, lse
@@ -96,7 +96,7 @@ def _cross_entropy_backward_impl(
     dx = torch.empty_like(x)
     if rows > 0 and not _common.tracing_interpreted(x):
         block, warps = _warps(n_cols)
-        wrap_triton(_cross_entropy_bwd_kernel)[(rows,)](
+        _launch.of(_cross_entropy_bwd_kernel)[(rows,)](
             x, target.contiguous(), lse, grad_rows, dx, n_cols, ignore_index, BLOCK=block, num_warps=warps
         )
     return dx.view(logits.shape)

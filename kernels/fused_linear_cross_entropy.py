@@ -23,9 +23,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _launch
 
 #: Rows per chunk: a power of 2 with at most _CHUNK_BYTES of logits. Fewer chunks re-read and
 #: re-write grad_weight fewer times; larger ones hold more logits. Measured inside a whole
@@ -150,7 +150,7 @@ def _chunked(
         h = hidden[start:end]
         logits = torch.addmm(bias, h, w_t) if bias is not None else torch.mm(h, w_t)
         if not _common.tracing_interpreted(logits):
-            wrap_triton(_fused_linear_cross_entropy_fwd_kernel)[(end - start,)](
+            _launch.of(_fused_linear_cross_entropy_fwd_kernel)[(end - start,)](
                 logits, target, loss, scale, scale_stride, start, vocab, ignore_index,
                 WRITE_GRAD=want_grad, BLOCK=block, num_warps=warps,
             )

@@ -15,9 +15,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common, _partial_sums
+from gputune_kernels import _common, _launch, _partial_sums
 from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
@@ -84,7 +84,7 @@ def _layer_norm_impl(
     if rows > 0 and not _common.tracing_interpreted(x):
         block, warps = _common.row_params(n_cols)
         has_bias = bias is not None
-        wrap_triton(_layer_norm_fwd_kernel)[(rows,)](
+        _launch.of(_layer_norm_fwd_kernel)[(rows,)](
             x, weight.contiguous(), bias.contiguous() if has_bias else weight, y, stats, rows, n_cols, eps,
             HAS_BIAS=has_bias, BLOCK=block, num_warps=warps,
         )
@@ -105,11 +105,11 @@ def _layer_norm_backward_impl(
     part = torch.empty((2 if has_bias else 1, programs, n_cols), dtype=torch.float32, device=x.device)
     if n_cols > 0 and not _common.tracing_interpreted(x):
         block, warps = _common.row_params(n_cols)
-        wrap_triton(_layer_norm_bwd_kernel)[(programs,)](
+        _launch.of(_layer_norm_bwd_kernel)[(programs,)](
             dy, x, weight.contiguous(), stats, dx, part, rows, n_cols, programs,
             HAS_BIAS=has_bias, BLOCK=block, num_warps=warps,
         )
-        wrap_triton(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
+        _launch.of(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
             part, dw, db, programs, n_cols, TWO=has_bias,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
         )

@@ -14,9 +14,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common, _partial_sums
+from gputune_kernels import _common, _launch, _partial_sums
 from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
@@ -63,7 +63,7 @@ def _rms_norm_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[t
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows > 0 and not _common.tracing_interpreted(x):
         block, warps = _common.row_params(n_cols)
-        wrap_triton(_rms_norm_fwd_kernel)[(rows,)](
+        _launch.of(_rms_norm_fwd_kernel)[(rows,)](
             x, weight.contiguous(), y, rstd, n_cols, eps, BLOCK=block, num_warps=warps
         )
     return y, rstd
@@ -82,10 +82,10 @@ def _rms_norm_backward_impl(
     part = torch.empty((programs, n_cols), dtype=torch.float32, device=x.device)
     if n_cols > 0 and not _common.tracing_interpreted(x):
         block, warps = _common.row_params(n_cols)
-        wrap_triton(_rms_norm_bwd_kernel)[(programs,)](
+        _launch.of(_rms_norm_bwd_kernel)[(programs,)](
             dy, x, weight.contiguous(), rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps,
         )
-        wrap_triton(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
+        _launch.of(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
             part, dw, dw, programs, n_cols, TWO=False,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
         )

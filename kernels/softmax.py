@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _launch
 
 _LOG2E = 1.4426950408889634
 
@@ -141,7 +141,7 @@ def launch_fwd(x: torch.Tensor, scale: float, seq_len: int, causal: bool) -> tor
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(x):
         return y
     single, per_program, block, warps = _blocking(n_cols)
-    wrap_triton(_softmax_fwd_kernel)[(triton.cdiv(rows, per_program),)](
+    _launch.of(_softmax_fwd_kernel)[(triton.cdiv(rows, per_program),)](
         x, y, rows, n_cols, seq_len, scale,
         CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )
@@ -158,7 +158,7 @@ def launch_bwd(y: torch.Tensor, dy: torch.Tensor, scale: float, seq_len: int, ca
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(y):
         return dx
     single, per_program, block, warps = _blocking(n_cols)
-    wrap_triton(_softmax_bwd_kernel)[(triton.cdiv(rows, per_program),)](
+    _launch.of(_softmax_bwd_kernel)[(triton.cdiv(rows, per_program),)](
         y, dy, dx, rows, n_cols, seq_len, scale,
         CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )

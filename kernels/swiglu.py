@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _launch
 
 _BLOCK = 4096
 
@@ -47,7 +47,7 @@ def _swiglu_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(a)
     n = a.numel()
     if n > 0 and not _common.tracing_interpreted(a):
-        wrap_triton(_swiglu_fwd_kernel)[(triton.cdiv(n, _BLOCK),)](a, b, y, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_swiglu_fwd_kernel)[(triton.cdiv(n, _BLOCK),)](a, b, y, n, BLOCK=_BLOCK, num_warps=8)
     return y
 
 
@@ -59,7 +59,7 @@ def _swiglu_backward_impl(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) ->
     db = torch.empty_like(b)
     n = a.numel()
     if n > 0 and not _common.tracing_interpreted(a):
-        wrap_triton(_swiglu_bwd_kernel)[(triton.cdiv(n, _BLOCK),)](dy, a, b, da, db, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_swiglu_bwd_kernel)[(triton.cdiv(n, _BLOCK),)](dy, a, b, da, db, n, BLOCK=_BLOCK, num_warps=8)
     return da, db
 
 

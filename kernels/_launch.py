@@ -1,0 +1,93 @@
+"""Launching a Triton kernel from eager code without re-binding its arguments on every call.
+
+`kernel[grid](*args)` runs Triton's JITFunction.run each time: it binds and specializes every
+argument, builds a cache key and looks the compiled kernel up, which on the H200 machine was
+nearly half of a norm's host time (docs/kernels.md). A `Launcher` keeps the compiled kernel of each
+specialization and calls it directly on later calls. Its key is at least as fine as Triton's
+own: for each tensor its dtype and whether its data is 16-byte aligned, for each int whether
+it is 1, a multiple of 16, and which integer type holds it; the constexprs and launch options by
+value; the current device. So a kernel is never reused for arguments Triton would have
+compiled differently.
+
+Under tracing (torch.compile sees the kernels through torch.library.wrap_triton), under
+Triton's CPU interpreter, and with GPUTUNE_FAST_LAUNCH=0, launches go the usual way.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch._library import triton as _torch_triton
+from torch.library import wrap_triton
+
+_ENABLED = os.environ.get("GPUTUNE_FAST_LAUNCH", "1") != "0"
+_INT32 = (-(2**31), 2**31)
+
+
+def spec(value) -> tuple:
+    """What Triton specializes a kernel argument on (or finer)."""
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.data_ptr() % 16 == 0)
+    if isinstance(value, bool):  # before int: a bool is an int
+        return ("b",)
+    if isinstance(value, int):
+        return ("i", value == 1, value % 16 == 0, _INT32[0] <= value < _INT32[1], value < 2**63)
+    if isinstance(value, float):
+        return ("f",)
+    return ("v", value)  # None and other values: by value
+
+
+def _cuda_device(first: torch.Tensor) -> int | None:
+    """The current CUDA device where the kernel's first argument is on a GPU (Triton compiles
+    per current device), else None."""
+    return torch.cuda.current_device() if first.is_cuda else None
+
+
+class Launcher:
+    """`Launcher(kernel)[grid](*args, **constexprs_and_options)`, like `kernel[grid](...)`."""
+
+    __slots__ = ("kernel", "names", "compiled")
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.names = tuple(getattr(kernel, "arg_names", ())) or None
+        self.compiled: dict = {}
+
+    def __getitem__(self, grid):
+        if _torch_triton.is_wrap_triton_enabled():  # tracing: the compiler must see the kernel
+            return wrap_triton(self.kernel)[grid]
+        if not _ENABLED or self.names is None:
+            return self.kernel[grid]
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _launch(self, grid, args: tuple, kwargs: dict) -> None:
+        device = _cuda_device(args[0])
+        if device is None:
+            self.kernel[grid](*args, **kwargs)
+            return
+        key = (device, tuple(map(spec, args)), tuple(sorted(kwargs.items())))
+        compiled = self.compiled.get(key)
+        rest = self.names[len(args):]
+        if compiled is not None:
+            # A compiled kernel's runner takes a 3-d grid and every parameter in order, the
+            # constexprs included (what JITFunction.run passes it).
+            compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *(kwargs[name] for name in rest))
+            return
+        compiled = self.kernel[grid](*args, **kwargs)  # compiles (once) and launches
+        # Kept only where every parameter is given here (a default would be bound by Triton)
+        # and the compiled kernel can be launched directly.
+        if all(name in kwargs for name in rest) and callable(getattr(compiled, "__getitem__", None)):
+            self.compiled[key] = compiled
+
+
+_LAUNCHERS: dict[int, Launcher] = {}
+
+
+def of(kernel) -> Launcher:
+    """The one Launcher of `kernel` (made on first use): `of(kernel)[grid](...)` where the
+    code would write `wrap_triton(kernel)[grid](...)`."""
+    launcher = _LAUNCHERS.get(id(kernel))
+    if launcher is None:
+        launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel)
+    return launcher
