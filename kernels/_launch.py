@@ -18,10 +18,14 @@ from __future__ import annotations
 import os
 
 import torch
+import triton
 from torch._library import triton as _torch_triton
 from torch.library import wrap_triton
 
 _ENABLED = os.environ.get("GPUTUNE_FAST_LAUNCH", "1") != "0"
+# A compiled kernel takes every parameter, the constexprs included, since Triton 3.3; before,
+# only the others.
+_WITH_CONSTEXPRS = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (3, 3)
 _INT32 = (-(2**31), 2**31)
 
 
@@ -47,11 +51,16 @@ def _cuda_device(first: torch.Tensor) -> int | None:
 class Launcher:
     """`Launcher(kernel)[grid](*args, **constexprs_and_options)`, like `kernel[grid](...)`."""
 
-    __slots__ = ("kernel", "names", "compiled")
+    __slots__ = ("kernel", "names", "passed", "compiled")
 
     def __init__(self, kernel) -> None:
         self.kernel = kernel
         self.names = tuple(getattr(kernel, "arg_names", ())) or None
+        # Which parameters the compiled kernel takes, by position.
+        params = getattr(kernel, "params", None) or ()
+        self.passed = tuple(_WITH_CONSTEXPRS or not p.is_constexpr for p in params)
+        if len(self.passed) != len(self.names or ()):
+            self.names = None  # a kernel whose parameters we cannot read: the usual launch
         self.compiled: dict = {}
 
     def __getitem__(self, grid):
@@ -70,9 +79,11 @@ class Launcher:
         compiled = self.compiled.get(key)
         rest = self.names[len(args):]
         if compiled is not None:
-            # A compiled kernel's runner takes a 3-d grid and every parameter in order, the
-            # constexprs included (what JITFunction.run passes it).
-            compiled[tuple(grid) + (1,) * (3 - len(grid))](*args, *(kwargs[name] for name in rest))
+            # A compiled kernel's runner takes a 3-d grid and the parameters in order (what
+            # JITFunction.run passes it).
+            values = (*args, *(kwargs[name] for name in rest))
+            compiled[tuple(grid) + (1,) * (3 - len(grid))](
+                *(v for v, passed in zip(values, self.passed) if passed))
             return
         compiled = self.kernel[grid](*args, **kwargs)  # compiles (once) and launches
         # Kept only where every parameter is given here (a default would be bound by Triton)

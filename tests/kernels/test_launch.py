@@ -1,6 +1,8 @@
 """The direct launch path (kernels/_launch.py): a compiled kernel is reused only for arguments
 that Triton would have compiled the same way, with every parameter in order."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ class _Recorder:
 
     def __init__(self, arg_names):
         self.arg_names = arg_names
+        self.params = [SimpleNamespace(is_constexpr=name.isupper()) for name in arg_names]
         self.log = []
 
     def __getitem__(self, grid):
@@ -50,6 +53,16 @@ def test_a_compiled_kernel_is_called_directly_with_every_parameter_in_order(on_g
     assert [e[0] for e in kernel.log] == ["bound", "direct"]
     # a 3-d grid, and the constexpr among the parameters; the launch option is not one
     assert kernel.log[1][1:] == ((4, 1, 1), (x, 32, 16))
+
+
+def test_before_triton_3_3_a_compiled_kernel_takes_no_constexprs(on_gpu, monkeypatch):
+    monkeypatch.setattr(_launch, "_WITH_CONSTEXPRS", False)
+    kernel = _Recorder(("x", "n", "BLOCK"))
+    launch = _launch.Launcher(kernel)
+    x = torch.zeros(64)
+    for _ in range(2):
+        launch[(4, 2)](x, 32, BLOCK=16)
+    assert kernel.log[1] == ("direct", (4, 2, 1), (x, 32))
 
 
 def test_what_triton_specializes_on_is_never_shared(on_gpu):
