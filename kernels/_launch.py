@@ -2,8 +2,8 @@
 
 `kernel[grid](*args)` runs Triton's JITFunction.run each time: it binds and specializes every
 argument, builds a cache key and looks the compiled kernel up, which on the H200 machine was
-nearly half of a norm's host time (docs/kernels.md). A `Launcher` keeps the compiled kernel of each
-specialization and calls it directly on later calls. Its key is at least as fine as Triton's
+nearly half of a norm's host time (docs/kernels.md). A `Launcher` keeps the compiled kernel of
+each specialization and calls it directly on later calls. Its key is at least as fine as Triton's
 own: for each tensor its dtype and whether its data is 16-byte aligned, for each int whether
 it is 1, a multiple of 16, and which integer type holds it; the constexprs and launch options by
 value; the current device. So a kernel is never reused for arguments Triton would have
@@ -34,7 +34,7 @@ def spec(value) -> tuple:
     if isinstance(value, torch.Tensor):
         return (value.dtype, value.data_ptr() % 16 == 0)
     if isinstance(value, bool):  # before int: a bool is an int
-        return ("b",)
+        return ("b", value)
     if isinstance(value, int):
         return ("i", value == 1, value % 16 == 0, _INT32[0] <= value < _INT32[1], value < 2**63)
     if isinstance(value, float):
