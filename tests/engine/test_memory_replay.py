@@ -22,7 +22,8 @@ COMMITTED = ["call1-fit/tune-hf-recipe-budget.json", "call1-fit/tune-hf-llama-24
              "call1-fit/bench-hf-llama-levers.json",
              "call10-parallel-hf-two-tune/tune-2gpu-24gib.json",  # two GPUs: DDP, FSDP2
              "call17-fit-recipe-lean/tune-hf-recipe-lean.json",
-             "call18-fit-llama/tune-llama-1b-recipe-lean.json"]  # the built-in llama-1b
+             "call18-fit-llama/tune-llama-1b-recipe-lean.json",  # the built-in llama-1b
+             "call3-why/why-profiles.json"]  # GPT-2 124M at batch 16, 1 and 64 (CUDA graphs)
 
 
 @pytest.mark.parametrize("name", COMMITTED)

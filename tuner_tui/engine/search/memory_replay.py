@@ -25,6 +25,9 @@ WORKLOAD_SHAPES = {
     # committed H200 files were written before trials carried `model_shape`.
     "hf-llama-1b": ModelShape(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
                               vocab=128256, seq_len=2048),
+    # the built-in GPT-2 124M (vocab padded to 50304), whose early files carry no shape
+    "gpt2-124m": ModelShape(layers=12, hidden=768, intermediate=3072, heads=12, kv_heads=12,
+                            vocab=50304, seq_len=1024),
     # the built-in llama-1b: its files up to 2026-11-30 do not say that it repeats k and v
     "llama-1b": ModelShape(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
                            vocab=128256, seq_len=2048, kv_repeated=True),
