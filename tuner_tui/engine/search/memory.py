@@ -152,8 +152,8 @@ def estimate(
     beside the activations (`memory_prior.autocast_copy_bytes`), and the optimizer step's
     working copies, after them (`optimizer_copy_bytes`: the rest is the larger of the two
     moments). Without the shapes the whole rest is per-sample, which over-estimates larger
-    micro-batches (the safe side). A trial measured without its parts counts its whole peak as per-sample. None
-    when nothing was measured."""
+    micro-batches (the safe side). A trial measured without its parts counts its whole peak as
+    per-sample. None when nothing was measured."""
     known = [(r.tune_config, r) for r in measured if measured_peak(r)]
     if not known:
         return None
