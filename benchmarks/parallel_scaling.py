@@ -161,36 +161,39 @@ def loss_agreement(rows: list[dict]) -> dict:
     return found
 
 
-def scaling_run(args) -> dict:
+def row_configs(args, gpu_count: int | None) -> tuple[list[dict], list[int]]:
+    """The configurations to measure, in order, and the GPU counts of --ladder this machine
+    lacks (`gpu_count`; None on the CPU, where gloo runs any number of processes)."""
     n, b = args.devices, args.per_gpu_batch
-    configs = []
-    client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
-    not_run = []
+    one = {**BASE, **COMPILE, "batch_size": b}
+
+    def group(k: int, extra: dict) -> dict:
+        return {**BASE, **COMPILE, **extra, "devices": k, "batch_size": k * b}
+
     if args.ladder:
-        sizes = args.ladder
-        have = ready.environment.get("gpu_count") if args.device == "cuda" else None
-        if have:
-            not_run = [k for k in sizes if k > have]
-            sizes = [k for k in sizes if k <= have]
-        configs.append({**BASE, **COMPILE, "batch_size": b})
-        for k in sizes:
-            for mode, extra in LADDER_KNOBS.items() if k > 1 else ():
-                configs.append({**BASE, **COMPILE, "parallel": mode, **extra, "devices": k,
-                                "batch_size": k * b})
+        sizes = [k for k in args.ladder if k > 1 and (gpu_count is None or k <= gpu_count)]
+        lacking = [k for k in args.ladder if gpu_count is not None and k > gpu_count]
+        return [one] + [group(k, {"parallel": mode, **extra})
+                        for k in sizes for mode, extra in LADDER_KNOBS.items()], lacking
     if args.fsdp_rounds:
-        # Only the compiled one GPU and FSDP2's two no-reshard rows, in rounds: each group row
-        # is paired with the one-GPU row of its round, so the rounds give the spread of scaling.
-        for _ in range(args.fsdp_rounds):
-            configs.append({**BASE, **COMPILE, "batch_size": b})
-            for knobs in KNOBS[:2]:
-                configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
-    for extra in ({}, COMPILE) if not (args.fsdp_rounds or args.ladder) else ():
+        # FSDP2's two no-reshard rows in rounds, each paired with its round's one-GPU row, so
+        # that the rounds give the spread of the scaling.
+        return [c for _ in range(args.fsdp_rounds) for c in [one] + [group(n, k) for k in KNOBS[:2]]], []
+    configs = []
+    for extra in ({}, COMPILE):
         configs.append({**BASE, **extra, "batch_size": b})
         for parallel in ("ddp", "fsdp2"):
             configs.append({**BASE, **extra, "parallel": parallel, "devices": n, "batch_size": n * b})
-    if args.knobs and not (args.fsdp_rounds or args.ladder):
-        for knobs in KNOBS:
-            configs.append({**BASE, **COMPILE, **knobs, "devices": n, "batch_size": n * b})
+    if args.knobs:
+        configs += [group(n, k) for k in KNOBS]
+    return configs, []
+
+
+def scaling_run(args) -> dict:
+    n, b = args.devices, args.per_gpu_batch
+    client, ready = start_worker(WorkerSpec(workload=args.workload, device=args.device))
+    have = ready.environment.get("gpu_count") if args.device == "cuda" else None
+    configs, not_run = row_configs(args, have)
     doc = {"tool": "benchmarks/parallel_scaling.py", "workload": ready.workload,
            "environment": ready.environment, "devices": n, "per_gpu_batch": b,
            "steps": args.steps, "warmup_steps": args.warmup, "rows": []}
@@ -351,6 +354,17 @@ def write(path: str | None, doc: dict) -> None:
         Path(path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def gpu_counts(text: str) -> list[int]:
+    """--ladder's value: GPU counts such as 1,2,4,8."""
+    try:
+        counts = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: GPU counts separated by commas, e.g. 1,2,4,8") from None
+    if counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: GPU counts of at least 1, e.g. 1,2,4,8")
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="llama-1b")
@@ -361,13 +375,14 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--trial-timeout", type=float, default=300.0)
     parser.add_argument("--json")
-    parser.add_argument("--knobs", action="store_true",
+    rows = parser.add_mutually_exclusive_group()  # which rows: one of these, or the default
+    rows.add_argument("--knobs", action="store_true",
                         help="also the compiled groups with FSDP2 not resharding and DDP's larger "
                              "bucket views")
-    parser.add_argument("--fsdp-rounds", type=int, default=0, metavar="N",
+    rows.add_argument("--fsdp-rounds", type=int, default=0, metavar="N",
                         help="only the compiled one GPU and FSDP2 without resharding (fp32, then "
                              "bf16 gradient reduce), N rounds: the spread of the best scaling")
-    parser.add_argument("--ladder", type=lambda t: sorted({int(v) for v in t.split(",")}),
+    rows.add_argument("--ladder", type=gpu_counts,
                         metavar="N1,N2,...", help="the compiled rows at each number of GPUs "
                         "(e.g. 1,2,4,8; those the machine lacks are listed as not run)")
     parser.add_argument("--plot", nargs="+", metavar="JSON",

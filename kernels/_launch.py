@@ -75,7 +75,8 @@ class Launcher:
         if device is None:
             self.kernel[grid](*args, **kwargs)
             return
-        key = (device, tuple(map(spec, args)), tuple(sorted(kwargs.items())))
+        # (keywords come in the call site's order: another order only misses the cache)
+        key = (device, tuple(map(spec, args)), tuple(kwargs.items()))
         compiled = self.compiled.get(key)
         rest = self.names[len(args):]
         if compiled is not None:
