@@ -34,4 +34,6 @@ def model_shape(model, seq_len: int) -> dict:
              "heads": heads, "kv_heads": int(kv_heads), "vocab": vocab, "seq_len": int(seq_len)}
     if getattr(src, "repeats_kv", False):  # memory_prior.ModelShape.kv_repeated
         shape["kv_repeated"] = True
+    if getattr(src, "loss_in_fp32", True) is False:  # memory_prior.ModelShape.loss_in_fp32
+        shape["loss_in_fp32"] = False
     return shape

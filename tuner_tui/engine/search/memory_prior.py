@@ -28,6 +28,9 @@ class ModelShape:
     """The model repeats keys and values to every query head before attention (the built-in
     Llama does; HF's passes grouped heads to SDPA): SDPA keeps the repeated copies, and in fp32
     it needs no math path for grouped heads, which keeps the softmax weights."""
+    loss_in_fp32: bool = True
+    """The loss takes an fp32 copy of the logits (HF's causal LMs: `logits.float()`); the
+    built-in models take it of the logits in their own dtype, which compile fuses away."""
 
     @property
     def kv(self) -> int:
@@ -36,8 +39,11 @@ class ModelShape:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        # Written only where they differ from most models, as in the files before the flags.
         if not self.kv_repeated:
-            del d["kv_repeated"]  # as the files before the flag: most models do not
+            del d["kv_repeated"]
+        if self.loss_in_fp32:
+            del d["loss_in_fp32"]
         return d
 
     @classmethod
@@ -45,10 +51,12 @@ class ModelShape:
         if not d:
             return None
         try:
-            counts = {k: int(d[k]) for k in cls.__dataclass_fields__ if k != "kv_repeated"}
+            counts = {k: int(d[k]) for k in cls.__dataclass_fields__
+                      if k not in ("kv_repeated", "loss_in_fp32")}
         except (KeyError, TypeError, ValueError):
             return None
-        return cls(**counts, kv_repeated=bool(d.get("kv_repeated", False)))
+        return cls(**counts, kv_repeated=bool(d.get("kv_repeated", False)),
+                   loss_in_fp32=bool(d.get("loss_in_fp32", True)))
 
 
 def activation_bytes(config: TuneConfig) -> int:
@@ -107,12 +115,23 @@ def per_sample_bytes(config: TuneConfig, s: ModelShape) -> float:
     return s.seq_len * (s.layers * layer + _head_per_token(config, s, b))
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""The compile modes that replay CUDA graphs."""
+
+
 def _head_per_token(config: TuneConfig, s: ModelShape, b: int) -> float:
-    """The logits: in the activation dtype, and the fp32 copy the loss takes (HF's
-    `logits.float()`); the fused linear + cross-entropy never holds them whole."""
+    """The logits in the activation dtype, and beside them the fp32 copy the loss takes (HF's
+    `logits.float()`) or, in eager, the log-softmax it keeps in the logits' dtype; under compile
+    the built-in models' loss fuses into one kernel that keeps only the logits (on the H200 the
+    fused loss saved llama-1b 0.3-0.5 GB under compile, the HF Llama 6.6 GB). The fused
+    linear + cross-entropy never holds them whole."""
     if "linear_cross_entropy" in config.effective_kernels():
         return 0
-    return s.vocab * (b + 4)
+    if s.loss_in_fp32 or config.compile_mode in CUDA_GRAPH_MODES:
+        # A CUDA graph's private pool keeps the loss's intermediates too (GPT-2 at batch 64
+        # under reduce-overhead held its logits at 6 bytes an element, as HF's loss does).
+        return s.vocab * (b + 4)
+    return s.vocab * (b if config.compile_mode != "off" else 2 * b)
 
 
 def shards(config: TuneConfig) -> int:
@@ -122,16 +141,19 @@ def shards(config: TuneConfig) -> int:
 
 
 def autocast_copy_bytes(config: TuneConfig, n_params: int) -> float:
-    """Autocast's half-precision copies of fp32 weights, kept in eager from the forward through
-    the backward beside the activations, whatever the micro-batch. Under compile the
-    partitioner casts the weights again in the backward (the fp32 weights are there anyway):
-    counting the copies there put a compiled, selectively checkpointed HF Llama 20% over. (FSDP2
-    gathers each block's parameters in the compute dtype instead, a block at a time.)"""
-    if config.compile_mode != "off":
+    """Autocast's half-precision copies of fp32 weights, kept from the forward through the
+    backward beside the activations, whatever the micro-batch. Under compile the partitioner
+    keeps them only where nothing recomputes the forward's casts: with checkpointing it casts
+    again in the backward (counting the copies put a selectively checkpointed HF Llama 20%
+    over), and float8 training casts the linears' weights itself. On the H200, selective
+    checkpointing and fp8 each saved 2-3 GB more on fp32 weights than on bf16 weights, the
+    linears' bf16 copies. (FSDP2 gathers each block's parameters in the compute dtype instead,
+    a block at a time.)"""
+    if config.weights != "fp32" or config.precision not in ("bf16", "fp16") or shards(config) > 1:
         return 0.0
-    if config.weights == "fp32" and config.precision in ("bf16", "fp16") and shards(config) == 1:
-        return 2 * n_params
-    return 0.0
+    if config.compile_mode != "off" and (config.checkpointing != "off" or config.fp8 != "off"):
+        return 0.0
+    return 2 * n_params
 
 
 def optimizer_copy_bytes(config: TuneConfig, s: ModelShape) -> float:

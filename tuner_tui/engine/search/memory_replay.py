@@ -27,10 +27,11 @@ WORKLOAD_SHAPES = {
                               vocab=128256, seq_len=2048),
     # the built-in GPT-2 124M (vocab padded to 50304), whose early files carry no shape
     "gpt2-124m": ModelShape(layers=12, hidden=768, intermediate=3072, heads=12, kv_heads=12,
-                            vocab=50304, seq_len=1024),
-    # the built-in llama-1b: its files up to 2026-11-30 do not say that it repeats k and v
+                            vocab=50304, seq_len=1024, loss_in_fp32=False),
+    # the built-in llama-1b: its files up to 2026-12-01 do not say that it repeats k and v, nor
+    # that its loss keeps no fp32 logits
     "llama-1b": ModelShape(layers=16, hidden=2048, intermediate=8192, heads=32, kv_heads=8,
-                           vocab=128256, seq_len=2048, kv_repeated=True),
+                           vocab=128256, seq_len=2048, kv_repeated=True, loss_in_fp32=False),
 }
 
 # A trial's progress line: "[3/10 | 2m10s elapsed] LABEL: ..." (tune) or "[3/6] LABEL: ..." (bench).

@@ -17,6 +17,9 @@ class GPTShape:
     n_embd: int
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
     block_size: int = 1024
+    #: The loss is taken of the logits in their own dtype (`layers.LMHeadLoss`), not of an fp32
+    #: copy as HF's causal LMs take it (`ModelShape.loss_in_fp32`).
+    loss_in_fp32 = False
 
 
 class CausalSelfAttention(nn.Module):

@@ -25,6 +25,9 @@ class LlamaShape:
     #: Attention repeats keys and values to every query head before SDPA (what the memory
     #: model's prior needs to know, `ModelShape.kv_repeated`).
     repeats_kv = True
+    #: The loss is taken of the logits in their own dtype (`layers.LMHeadLoss`), not of an fp32
+    #: copy as HF's causal LMs take it (`ModelShape.loss_in_fp32`).
+    loss_in_fp32 = False
 
 
 def rotary_tables(head_dim: int, seq_len: int, theta: float, device) -> tuple[torch.Tensor, ...]:
