@@ -400,10 +400,14 @@ def cmd_tune(args) -> int:
     if args.json:
         search.write_json(args.json, outcome)
         print(f"wrote {args.json}")
-    if search.export(outcome, args.out) is None:
+    exported = search.export(outcome, args.out)
+    if exported is not None:
+        print(f"exported {outcome.recommendation.label} to {args.out}")
+    if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
+        raise KeyboardInterrupt
+    if exported is None:
         print("nothing exported", file=sys.stderr)
         return 1
-    print(f"exported {outcome.recommendation.label} to {args.out}")
     return 0
 
 

@@ -61,3 +61,38 @@ def test_terminal_signal_during_bench(tmp_path, signum):
     assert "Traceback" not in err + out
     assert during, "the bench created no semaphore to leak"
     assert not (during & _semaphores()), "semaphores left in /dev/shm"
+
+
+def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
+    """Ctrl-C in the middle of a search: the trials measured until then are ranked, written to
+    --json and exported; the exit is an interrupted run's (130, one line on stderr)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTUNE_HOME=str(tmp_path))
+    log, doc, best = tmp_path / "out.txt", tmp_path / "tune.json", tmp_path / "best.toml"
+    with log.open("w") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tuner_tui.cli", "tune", "--device", "cpu", "--workload",
+             "gpt2-tiny", "--steps", "300", "--warmup", "1", "--remeasure", "0",
+             "--search", "precision=fp32,bf16", "--search", "attention=manual,sdpa",
+             "--json", str(doc), "--out", str(best)],
+            stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        # The fp32 reference measured: the next trial runs (or its worker starts).
+        while time.monotonic() < deadline and "tokens/s, " not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    out = log.read_text()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "gputune: interrupted", err
+    assert "Traceback" not in err + out
+    assert "interrupted: the trials measured so far are reported" in out
+    assert "(interrupted)" in out and "Ranked" in out
+    import json
+
+    written = json.loads(doc.read_text())
+    assert written["interrupted"] is True
+    assert written["results"] and all(r["status"] == "ok" for r in written["results"])
+    assert best.exists()

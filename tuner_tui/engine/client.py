@@ -24,6 +24,12 @@ def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:
     # Its own process group: Ctrl-C and a closed terminal reach only the parent, which stops
     # the worker (and with it the compile workers) in order, with no tracebacks from them.
     os.setpgrp()
+    # Started with SIGINT blocked (`WorkerClient.start`), so that a Ctrl-C during the spawn's
+    # imports printed no traceback from here: one that came meanwhile is dropped, then SIGINT
+    # acts as usual (only the parent, in the terminal's process group, gets Ctrl-C from now on).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.update(dict(spec.environ))
     # Imported here, in the child, so that the parent never imports torch.
     from tuner_tui.engine.worker import run_worker
@@ -95,8 +101,16 @@ class WorkerClient:
             name="gputune-worker",
             daemon=True,
         )
-        with _real_stderr():
-            self.process.start()
+        # SIGINT blocked while the worker starts (the mask is inherited through fork and exec):
+        # until its entry point moves it out of the terminal's process group, a Ctrl-C would
+        # interrupt its imports with a traceback. The parent gets a Ctrl-C of that moment once
+        # the mask is restored.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            with _real_stderr():
+                self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def hold_measurement(self) -> None:
         """A trial sent from now on waits after its warm-up until `release_measurement`."""

@@ -112,6 +112,7 @@ class Search:
         self.counts = {"ran": 0, "reused": 0, "skipped": 0}
         self.order: list[TrialResult] = []
         self.out_of_time = False
+        self.interrupted = False
         self._next = NextWorker(self.spec)
         self.compared: list[TrialResult] = []
         self._pending = 0
@@ -155,26 +156,38 @@ class Search:
             compare = [self._at_run_batch(c) for c in self.plan.compare]
             for config in compare:
                 config.check_runnable(self.caps)
-            self.compared = [self.evaluate(self.space.canonical(c), aside=True) for c in compare]
-            while not self.out_of_time:
-                round_ = self.strategy.propose(self.history)
-                if not round_:
-                    break
-                for i, config in enumerate(round_):
-                    self._pending = len(round_) - i - 1
-                    reserve = self._reserve()
-                    if self._time_left() <= reserve:
-                        self.out_of_time = True
-                        kept = (f" (the last {fmt.clock(reserve)} kept for a trial and re-measuring "
-                                "the leaders)" if reserve else "")
-                        print(f"time budget of {self.plan.budget_s / 60:g} min reached{kept}; "
-                              "the remaining trials were not run", file=self.out, flush=True)
-                        break
-                    self.evaluate(config, use_estimate=not self.strategy.must_run(config))
-            self.verdict = self._remeasure_leaders()
+            try:
+                self._search(compare)
+            except KeyboardInterrupt:
+                # Ctrl-C, SIGTERM or SIGHUP (the CLI raises it for all three): the trial under
+                # way is dropped, and what was measured is reported rather than lost.
+                self.interrupted = True
+                print("interrupted: the trials measured so far are reported", file=self.out,
+                      flush=True)
         finally:
             self._next.close()
         return self._outcome()
+
+    def _search(self, compare: list[TuneConfig]) -> None:
+        """The compared configurations, the strategy's rounds until done or out of time, then
+        the leaders re-measured."""
+        self.compared = [self.evaluate(self.space.canonical(c), aside=True) for c in compare]
+        while not self.out_of_time:
+            round_ = self.strategy.propose(self.history)
+            if not round_:
+                break
+            for i, config in enumerate(round_):
+                self._pending = len(round_) - i - 1
+                reserve = self._reserve()
+                if self._time_left() <= reserve:
+                    self.out_of_time = True
+                    kept = (f" (the last {fmt.clock(reserve)} kept for a trial and re-measuring "
+                            "the leaders)" if reserve else "")
+                    print(f"time budget of {self.plan.budget_s / 60:g} min reached{kept}; "
+                          "the remaining trials were not run", file=self.out, flush=True)
+                    break
+                self.evaluate(config, use_estimate=not self.strategy.must_run(config))
+        self.verdict = self._remeasure_leaders()
 
     def _reserve(self) -> float:
         """Seconds the time budget must hold for the next trial to start: the trial and the
@@ -410,7 +423,8 @@ class Search:
             reason="", environment=self.environment, workload=self.workload,
             workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
-            out_of_time=self.out_of_time, elapsed_s=time.monotonic() - self.started,
+            out_of_time=self.out_of_time, interrupted=self.interrupted,
+            elapsed_s=time.monotonic() - self.started,
             compared=list(self.compared), steps=self.plan.steps,
             warmup_steps=self.plan.warmup_steps, remeasured=self.verdict,
             remeasure_note=self.remeasure_note,

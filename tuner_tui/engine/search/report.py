@@ -44,6 +44,8 @@ class SearchOutcome:
     reused: int = 0
     skipped: int = 0
     out_of_time: bool = False
+    interrupted: bool = False
+    """Stopped by Ctrl-C, SIGTERM or SIGHUP: the trials measured until then."""
     elapsed_s: float = 0.0
     compared: list[TrialResult] = field(default_factory=list)
     """The results of `SearchPlan.compare`, in its order."""
@@ -249,6 +251,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "remeasured": outcome.remeasured.to_dict() if outcome.remeasured else None,
         "remeasure_note": outcome.remeasure_note,
         "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
+        "interrupted": outcome.interrupted,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
@@ -259,7 +262,8 @@ def report(outcome: SearchOutcome) -> str:
     lines = [
         f"{len(outcome.results)} trials in {fmt.clock(outcome.elapsed_s)}: {outcome.ran} ran, "
         f"{outcome.reused} reused from the store, {outcome.skipped} skipped over the memory "
-        "budget" + (" (time budget reached)" if outcome.out_of_time else ""),
+        "budget" + (" (time budget reached)" if outcome.out_of_time else "")
+        + (" (interrupted)" if outcome.interrupted else ""),
         "",
         "Ranked (x base: against the fp32 eager baseline):",
         format_table(outcome.ranked, baseline=base.tokens_per_s if base else None),
