@@ -61,7 +61,11 @@ case "${1:-}" in
   *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
-gputune() { python3 -m tuner_tui.cli "$@"; }
+# Each gputune command ends (SIGTERM) 20 s before the device call's limit (CALL_LIMIT_S, from
+# the section's start), so that a search cut short still reports and writes what it measured
+# (call26 on 2026-12-01 ran past the call's end and wrote nothing).
+call_end=$((SECONDS + ${CALL_LIMIT_S:-590}))
+gputune() { timeout -k 15 $((call_end - SECONDS - 20)) python3 -m tuner_tui.cli "$@"; }
 # The hand recipe on the HF Llama (its line to stderr), then its measured peak in bytes: the
 # memory budget of the fit-recipe searches.
 recipe_budget() {  # recipe_budget [hf-llama|llama-1b]: run the hand recipe, print its peak in bytes
