@@ -32,6 +32,8 @@
 #             top kernels), then bf16 weights + bf16 moments + the fused loss + compile, with
 #             fp8 tensorwise, without, rowwise, and with every kernel kept under compile; the
 #             first two again, alternating; profiled; the recipe again              ~9 min
+#   fit-graphs  issue 13: fp8 and the same without, inside the recipe's memory, under compile's
+#             default mode and under CUDA graphs (reduce-overhead); FIT_WORKLOAD      ~7 min
 #   fit-llama   issue 13 on llama-1b: fit-recipe-lean's search against the recipe with Liger's
 #             modules swapped into llama-1b by hand (hand_recipe.py --workload llama-1b)   ~9 min
 #   fit-free  issue 13, no memory budget: `tune` over the memory levers with every single lever
@@ -57,8 +59,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 # Each gputune command ends (SIGTERM) 20 s before the device call's limit (CALL_LIMIT_S, from
@@ -270,6 +272,18 @@ PY
       --json "$OUT/bench-hf-probe.json" > "$OUT/bench-hf-probe.log" 2>&1
     grep -v "^\[" "$OUT/bench-hf-probe.log" | grep -v -i warning | tail -40
     python3 benchmarks/hand_recipe.py --batch-size 4 --json "$OUT/recipe-hf-b.json" 2>&1 | tail -1 ;;
+  fit-graphs)
+    # fp8's gain under CUDA graphs: fp8 and the same without, with compile's default mode and
+    # under reduce-overhead, inside the recipe's memory; if fp8's gain moves between device calls
+    # because its many small launches suffer where the host lags, graphs should steady it.
+    export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
+    w=${FIT_WORKLOAD:-examples.hf_causal_lm:llama}; name=${w##*:}; [ "$name" = llama ] && name=hf-llama
+    c=benchmarks/configs
+    gputune bench --workload "$w" --device cuda --set batch_size=4 --steps 10 --trial-timeout 150 \
+      --remeasure 0 --config $c/fit-bf16-state-lce-fp8.toml --config $c/fit-bf16-state-lce-fp8-graphs.toml \
+      --config $c/fit-bf16-state-lce.toml --config $c/fit-bf16-state-lce-graphs.toml \
+      --json "$OUT/bench-$name-graphs.json" > "$OUT/bench-$name-graphs.log" 2>&1
+    grep -v "^\[" "$OUT/bench-$name-graphs.log" | grep -v -i -E "warning|Configuration class" | tail -14 ;;
   fit-free)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     w=${FIT_WORKLOAD:-examples.hf_causal_lm:llama}; name=${w##*:}; [ "$name" = llama ] && name=hf-llama
