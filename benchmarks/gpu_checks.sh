@@ -15,6 +15,8 @@
 #   hf-swiglu the Hugging Face Llama with RMSNorm alone and RMSNorm + SwiGLU, twice each,
 #             alternating: what the SwiGLU swap adds, side by side                ~4 min
 #   kernels   GPU kernel tests and the kernel benchmark (issue 3)                  ~4 min
+#   kernels-e2e  GPT-2 124M eager with the fused kernels beside the same without, alternating
+#             (issue 17's end-to-end check)                                      ~3 min
 #   lce       llama-1b with kernels + compile at linear+CE chunk sizes 1024..8192,
 #             alternating with compile alone (issue 3's end-to-end target)         ~6 min
 #   fit-recipe  issue 13 on the HF Llama (4 x 2048 tokens): the hand recipe (bf16 weights +
@@ -59,8 +61,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 # Each gputune command ends (SIGTERM) 20 s before the device call's limit (CALL_LIMIT_S, from
@@ -220,6 +222,16 @@ PY
     # KERNELS_ONLY=LayerNorm,RMSNorm,GELU,linear+CE the cases of issue 17.
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
       2>&1 | tee "$OUT/kernels.log" | tail -40 ;;
+  kernels-e2e)
+    # Issue 17: GPT-2 124M in eager mode with the fused kernels beside the same without, twice
+    # each, alternating; a fresh home, so that the strategy measures its decisions on this GPU.
+    export GPUTUNE_HOME=/tmp/gputune-kernels-e2e
+    c=benchmarks/configs
+    gputune bench --workload gpt2-124m --device cuda --steps 20 --remeasure 0 \
+      --config $c/gpt2-eager-bf16.toml --config $c/gpt2-eager-bf16-kernels.toml \
+      --config $c/gpt2-eager-bf16.toml --config $c/gpt2-eager-bf16-kernels.toml \
+      --json "$OUT/bench-gpt2-kernels-e2e.json" > "$OUT/bench-gpt2-kernels-e2e.log" 2>&1
+    grep -v "^\[" "$OUT/bench-gpt2-kernels-e2e.log" | grep -v -i warning | tail -12 ;;
   fit-recipe)
     export GPUTUNE_HOME=${GPUTUNE_HOME:-/tmp/gputune-home} TORCHINDUCTOR_CACHE_DIR=/tmp/gputune-inductor
     budget=$(recipe_budget)
