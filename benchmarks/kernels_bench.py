@@ -446,6 +446,80 @@ def print_table(report: dict) -> None:
                 print(f"  {k:42}     {_fmt(r[k])}")
 
 
+def _per_call_us(fn, device: str, calls: int = 200) -> float:
+    """Microseconds per synchronized call of fn, after 20 warm-up calls."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(20):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+class _Identity(torch.autograd.Function):
+    """The least a custom op's eager path can cost: a Python forward and backward that do nothing."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
+    """Where the host's time of a tiny RMSNorm fwd+bwd (8x256, where the GPU work is shorter than
+    the host's) goes, in microseconds per synchronized call: the three launches alone (compiled
+    kernels, preallocated buffers), the forward and backward implementations without autograd
+    (launches, allocations, our Python), the whole call through autograd, and the autograd
+    engine's cost for a custom Function that does nothing. The differences say what to cut."""
+    import importlib
+
+    from gputune_kernels import _common, _launch, _partial_sums
+
+    rms = importlib.import_module("gputune_kernels.rms_norm")  # the module, not its function
+
+    x = torch.randn(8, 256, device=device, requires_grad=True)
+    w = torch.randn(256, device=device, requires_grad=True)
+    g = torch.randn(8, 256, device=device)
+    xd, wd = x.detach(), w.detach()
+    rows, n_cols = xd.shape
+    block, warps = _common.row_params(n_cols)
+    programs = _common.program_count(xd.device)
+    y, rstd, dx = torch.empty_like(xd), torch.empty(rows, device=device), torch.empty_like(xd)
+    dw = torch.empty_like(wd)
+    part = torch.empty((programs, n_cols), device=device)
+
+    def launches():
+        _launch.of(rms._rms_norm_fwd_kernel)[(rows,)](
+            xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
+        _launch.of(rms._rms_norm_bwd_kernel)[(programs,)](
+            g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
+        _launch.of(_partial_sums._sum_partials_kernel)[_partial_sums.grid(n_cols)](
+            part, dw, dw, programs, n_cols, TWO=False,
+            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+
+    def impls():
+        with _common.raw_triton():
+            out, r = rms._rms_norm_impl(xd, wd, 1e-6)
+            rms._rms_norm_backward_impl(g, xd, wd, r)
+
+    return {
+        "three launches": _per_call_us(launches, device, calls),
+        "fwd + bwd implementations, no autograd": _per_call_us(impls, device, calls),
+        "through the API and autograd": _per_call_us(
+            lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g), device, calls),
+        "autograd, a Function doing nothing": _per_call_us(
+            lambda: torch.autograd.grad(_Identity.apply(x), [x], g), device, calls),
+        "empty_like x4": _per_call_us(
+            lambda: [torch.empty_like(xd) for _ in range(4)], device, calls),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, required=True, help="where to write the results")
@@ -460,6 +534,12 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     report = {"env": environment(), "copy": copy_bandwidth(), "cases": []}
     report["overhead_us"] = launch_overhead()
+    try:  # diagnostics only: a failure here must not cost the run its cases
+        report["host_breakdown_us"] = host_breakdown()
+        print("host us per tiny RMSNorm fwd+bwd: " + ", ".join(
+            f"{k} {v:.0f}" for k, v in report["host_breakdown_us"].items()))
+    except Exception as exc:
+        report["host_breakdown_us"] = {"error": repr(exc)}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     wanted = [w for w in args.only.split(",") if w]
     for case in build_cases():
