@@ -25,8 +25,8 @@ def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:
     # the worker (and with it the compile workers) in order, with no tracebacks from them.
     os.setpgrp()
     # Started with SIGINT blocked (`WorkerClient.start`), so that a Ctrl-C during the spawn's
-    # imports printed no traceback from here: one that came meanwhile is dropped, then SIGINT
-    # acts as usual (only the parent, in the terminal's process group, gets Ctrl-C from now on).
+    # imports prints no traceback from this child: one that came meanwhile is dropped, then
+    # SIGINT acts as usual (only the parent, in the terminal's process group, gets Ctrl-C now).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.default_int_handler)
