@@ -9,6 +9,12 @@ it is 1, a multiple of 16, and which integer type holds it; the constexprs and l
 value; the current device. So a kernel is never reused for arguments Triton would have
 compiled differently.
 
+A direct launch also hands Triton's C launcher each tensor's address as an int, which it takes
+as it is (for a tensor it calls `data_ptr()` and asks the driver, cuPointerGetAttribute, whether
+the address is a device pointer: our checks have already made sure), and the current stream,
+which the runner would otherwise look up through Triton's driver object. Both are per-launch
+host costs that the norms pay three times a forward and backward.
+
 Under tracing (torch.compile sees the kernels through torch.library.wrap_triton), under
 Triton's CPU interpreter, and with GPUTUNE_FAST_LAUNCH=0, launches go the usual way.
 """
@@ -29,10 +35,13 @@ _WITH_CONSTEXPRS = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (
 _INT32 = (-(2**31), 2**31)
 
 
-def spec(value) -> tuple:
-    """What Triton specializes a kernel argument on (or finer)."""
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
+def spec(value):
+    """What Triton specializes a kernel argument other than a tensor on (or finer); a tensor's
+    (its dtype and whether its address is 16-byte aligned) is taken in Launcher._launch.
+    The usual case, an int of 32 bits, is one small int: 1 for one, 16 for a multiple of 16
+    (Triton's divisibility), 0 otherwise."""
+    if type(value) is int and _INT32[0] <= value < _INT32[1]:
+        return 1 if value == 1 else (16 if value % 16 == 0 else 0)
     if isinstance(value, bool):  # before int: a bool is an int
         return ("b", value)
     if isinstance(value, int):
@@ -42,16 +51,22 @@ def spec(value) -> tuple:
     return ("v", value)  # None and other values: by value
 
 
+def _stream(device: int) -> int:
+    """The current CUDA stream of `device`, as the raw handle Triton's runner takes."""
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
 def _cuda_device(first: torch.Tensor) -> int | None:
     """The current CUDA device where the kernel's first argument is on a GPU (Triton compiles
-    per current device), else None."""
-    return torch.cuda.current_device() if first.is_cuda else None
+    per current device), else None. (A CUDA tensor means CUDA is initialized: torch's own
+    getter, without torch.cuda.current_device()'s lazy-init check.)"""
+    return torch._C._cuda_getDevice() if first.is_cuda else None
 
 
 class Launcher:
     """`Launcher(kernel)[grid](*args, **constexprs_and_options)`, like `kernel[grid](...)`."""
 
-    __slots__ = ("kernel", "names", "passed", "compiled")
+    __slots__ = ("kernel", "names", "passed", "all_passed", "compiled")
 
     def __init__(self, kernel) -> None:
         self.kernel = kernel
@@ -61,6 +76,7 @@ class Launcher:
         self.passed = tuple(_WITH_CONSTEXPRS or not p.is_constexpr for p in params)
         if len(self.passed) != len(self.names or ()):
             self.names = None  # a kernel whose parameters we cannot read: the usual launch
+        self.all_passed = all(self.passed)
         self.compiled: dict = {}
 
     def __getitem__(self, grid):
@@ -75,20 +91,41 @@ class Launcher:
         if device is None:
             self.kernel[grid](*args, **kwargs)
             return
+        # One pass over the arguments gives the key and, for each tensor, its address. (This
+        # runs for every launch: each operation here costs the host a little.)
+        # A tensor adds two entries (its dtype, which nothing else adds, then its alignment),
+        # anything else one.
+        key, values = [device], []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                address = a.data_ptr()
+                key.append(a.dtype)
+                key.append(address % 16 == 0)
+                values.append(address)
+            elif type(a) is int and -2147483648 <= a < 2147483648:
+                key.append(1 if a == 1 else (16 if a % 16 == 0 else 0))  # spec's, inlined
+                values.append(a)
+            else:
+                key.append(spec(a))
+                values.append(a)
         # (keywords come in the call site's order: another order only misses the cache)
-        key = (device, tuple(map(spec, args)), tuple(kwargs.items()))
+        key.extend(kwargs.items())
+        key = tuple(key)
         compiled = self.compiled.get(key)
-        rest = self.names[len(args):]
         if compiled is not None:
             # A compiled kernel's runner takes a 3-d grid and the parameters in order (what
             # JITFunction.run passes it).
-            values = (*args, *(kwargs[name] for name in rest))
-            compiled[tuple(grid) + (1,) * (3 - len(grid))](
-                *(v for v, passed in zip(values, self.passed) if passed))
+            for name in self.names[len(args):]:
+                values.append(kwargs[name])
+            if not self.all_passed:
+                values = [v for v, passed in zip(values, self.passed) if passed]
+            grid3 = (grid[0], 1, 1) if len(grid) == 1 else tuple(grid) + (1,) * (3 - len(grid))
+            compiled[grid3](*values, stream=_stream(device))
             return
         compiled = self.kernel[grid](*args, **kwargs)  # compiles (once) and launches
         # Kept only where every parameter is given here (a default would be bound by Triton)
         # and the compiled kernel can be launched directly.
+        rest = self.names[len(args):]
         if all(name in kwargs for name in rest) and callable(getattr(compiled, "__getitem__", None)):
             self.compiled[key] = compiled
 

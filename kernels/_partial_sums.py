@@ -12,6 +12,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from gputune_kernels import _common
+
 #: Columns per program (128 programs at 4096 columns) and partial rows per step.
 BLOCK_COLS = 32
 BLOCK_PARTS = 64
@@ -41,4 +43,4 @@ def _sum_partials_kernel(
 
 
 def grid(n_cols: int) -> tuple[int]:
-    return (triton.cdiv(n_cols, BLOCK_COLS),)
+    return (_common.cdiv(n_cols, BLOCK_COLS),)

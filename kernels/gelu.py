@@ -46,7 +46,7 @@ def _gelu_impl(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     n = x.numel()
     if n > 0 and not _common.tracing_interpreted(x):
-        _launch.of(_gelu_fwd_kernel)[((n + _BLOCK - 1) // _BLOCK,)](x, y, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_gelu_fwd_kernel)[(_common.cdiv(n, _BLOCK),)](x, y, n, BLOCK=_BLOCK, num_warps=8)
     return y
 
 
@@ -56,7 +56,7 @@ def _gelu_backward_impl(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     dx = torch.empty_like(x)
     n = x.numel()
     if n > 0 and not _common.tracing_interpreted(x):
-        _launch.of(_gelu_bwd_kernel)[((n + _BLOCK - 1) // _BLOCK,)](dy, x, dx, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_gelu_bwd_kernel)[(_common.cdiv(n, _BLOCK),)](dy, x, dx, n, BLOCK=_BLOCK, num_warps=8)
     return dx
 
 

@@ -141,7 +141,7 @@ def launch_fwd(x: torch.Tensor, scale: float, seq_len: int, causal: bool) -> tor
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(x):
         return y
     single, per_program, block, warps = _blocking(n_cols)
-    _launch.of(_softmax_fwd_kernel)[(triton.cdiv(rows, per_program),)](
+    _launch.of(_softmax_fwd_kernel)[(_common.cdiv(rows, per_program),)](
         x, y, rows, n_cols, seq_len, scale,
         CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )
@@ -158,7 +158,7 @@ def launch_bwd(y: torch.Tensor, dy: torch.Tensor, scale: float, seq_len: int, ca
     if rows == 0 or n_cols == 0 or _common.tracing_interpreted(y):
         return dx
     single, per_program, block, warps = _blocking(n_cols)
-    _launch.of(_softmax_bwd_kernel)[(triton.cdiv(rows, per_program),)](
+    _launch.of(_softmax_bwd_kernel)[(_common.cdiv(rows, per_program),)](
         y, dy, dx, rows, n_cols, seq_len, scale,
         CAUSAL=causal, SINGLE=single, ROWS=per_program, BLOCK=block, num_warps=warps,
     )

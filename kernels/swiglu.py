@@ -47,7 +47,7 @@ def _swiglu_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(a)
     n = a.numel()
     if n > 0 and not _common.tracing_interpreted(a):
-        _launch.of(_swiglu_fwd_kernel)[(triton.cdiv(n, _BLOCK),)](a, b, y, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_swiglu_fwd_kernel)[(_common.cdiv(n, _BLOCK),)](a, b, y, n, BLOCK=_BLOCK, num_warps=8)
     return y
 
 
@@ -59,7 +59,7 @@ def _swiglu_backward_impl(dy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) ->
     db = torch.empty_like(b)
     n = a.numel()
     if n > 0 and not _common.tracing_interpreted(a):
-        _launch.of(_swiglu_bwd_kernel)[(triton.cdiv(n, _BLOCK),)](dy, a, b, da, db, n, BLOCK=_BLOCK, num_warps=8)
+        _launch.of(_swiglu_bwd_kernel)[(_common.cdiv(n, _BLOCK),)](dy, a, b, da, db, n, BLOCK=_BLOCK, num_warps=8)
     return da, db
 
 

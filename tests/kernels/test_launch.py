@@ -34,12 +34,13 @@ class _Direct:
         self.log = log
 
     def __getitem__(self, grid):
-        return lambda *params: self.log.append(("direct", grid, params))
+        return lambda *params, stream: self.log.append(("direct", grid, params, stream))
 
 
 @pytest.fixture
 def on_gpu(monkeypatch):
     monkeypatch.setattr(_launch, "_cuda_device", lambda first: 0)
+    monkeypatch.setattr(_launch, "_stream", lambda device: 1234 + device)
     with _common.raw_triton():  # eager: wrap_triton hands back the plain kernel
         yield
 
@@ -51,8 +52,9 @@ def test_a_compiled_kernel_is_called_directly_with_every_parameter_in_order(on_g
     launch[(4,)](x, 32, BLOCK=16, num_warps=4)
     launch[(4,)](x, 32, BLOCK=16, num_warps=4)
     assert [e[0] for e in kernel.log] == ["bound", "direct"]
-    # a 3-d grid, and the constexpr among the parameters; the launch option is not one
-    assert kernel.log[1][1:] == ((4, 1, 1), (x, 32, 16))
+    # a 3-d grid, the tensor as its address (the C launcher takes an int as it is), the
+    # constexpr among the parameters (the launch option is not one), the current stream
+    assert kernel.log[1][1:] == ((4, 1, 1), (x.data_ptr(), 32, 16), 1234)
 
 
 def test_before_triton_3_3_a_compiled_kernel_takes_no_constexprs(on_gpu, monkeypatch):
@@ -62,7 +64,7 @@ def test_before_triton_3_3_a_compiled_kernel_takes_no_constexprs(on_gpu, monkeyp
     x = torch.zeros(64)
     for _ in range(2):
         launch[(4, 2)](x, 32, BLOCK=16)
-    assert kernel.log[1] == ("direct", (4, 2, 1), (x, 32))
+    assert kernel.log[1] == ("direct", (4, 2, 1), (x.data_ptr(), 32), 1234)
 
 
 def test_what_triton_specializes_on_is_never_shared(on_gpu):
