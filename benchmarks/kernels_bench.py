@@ -447,9 +447,9 @@ def print_table(report: dict) -> None:
 
 
 def _per_call_us(fn, device: str, calls: int = 200) -> float:
-    """Microseconds per synchronized call of fn, after 20 warm-up calls."""
+    """Microseconds per synchronized call of fn, after 20 warm-up calls (fewer for fewer calls)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(20):
+    for _ in range(min(20, calls)):
         fn()
     sync()
     t0 = time.perf_counter()
@@ -474,9 +474,11 @@ class _Identity(torch.autograd.Function):
 def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
     """Where the host's time of a tiny RMSNorm fwd+bwd (8x256, where the GPU work is shorter than
     the host's) goes, in microseconds per synchronized call: the three launches alone (compiled
-    kernels, preallocated buffers), the forward and backward implementations without autograd
-    (launches, allocations, our Python), the whole call through autograd, and the autograd
-    engine's cost for a custom Function that does nothing. The differences say what to cut."""
+    kernels, preallocated buffers), the same through Triton's usual launch, one launch beside one
+    torch op and beside the torch ops that could replace it, the forward and backward
+    implementations without autograd (launches, allocations, our Python), the whole call through
+    autograd, and the autograd engine's cost for a custom Function that does nothing. The
+    differences say what to cut."""
     import importlib
 
     from gputune_kernels import _common, _launch, _partial_sums
@@ -503,6 +505,21 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
             part, dw, dw, programs, n_cols, TWO=False,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
 
+    def usual_launches():  # the same three through Triton's JITFunction.run, for comparison
+        rms._rms_norm_fwd_kernel[(rows,)](xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
+        rms._rms_norm_bwd_kernel[(programs,)](
+            g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
+        _partial_sums._sum_partials_kernel[_partial_sums.grid(n_cols)](
+            part, dw, dw, programs, n_cols, TWO=False,
+            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+
+    def partial_sums_launch():
+        _launch.of(_partial_sums._sum_partials_kernel)[_partial_sums.grid(n_cols)](
+            part, dw, dw, programs, n_cols, TWO=False,
+            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+
+    wb = wd.to(torch.bfloat16)
+
     def impls():
         with _common.raw_triton():
             out, r = rms._rms_norm_impl(xd, wd, 1e-6)
@@ -510,6 +527,12 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
 
     return {
         "three launches": _per_call_us(launches, device, calls),
+        "three launches, Triton's usual launch": _per_call_us(usual_launches, device, calls),
+        # is a Triton launch dearer than a torch op? (the partial sums could be torch's)
+        "one launch: the partial sums": _per_call_us(partial_sums_launch, device, calls),
+        "one torch op: add_": _per_call_us(lambda: dw.add_(1.0), device, calls),
+        "the partial sums in torch: sum(0), cast to bf16": _per_call_us(
+            lambda: part.sum(0).to(wb.dtype), device, calls),
         "fwd + bwd implementations, no autograd": _per_call_us(impls, device, calls),
         "through the API and autograd": _per_call_us(
             lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g), device, calls),

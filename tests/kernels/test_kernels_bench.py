@@ -1,0 +1,33 @@
+"""The kernel benchmark's host-time breakdown runs (its figures come from the GPU; here, under
+Triton's interpreter, only that every part runs and is timed)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_bench.py"
+
+
+@pytest.fixture(scope="module")
+def kernels_bench():
+    spec = importlib.util.spec_from_file_location("kernels_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_the_host_breakdown_times_every_part(kernels_bench):
+    parts = kernels_bench.host_breakdown(device="cpu", calls=1)
+    assert set(parts) == {
+        "three launches", "three launches, Triton's usual launch", "one launch: the partial sums",
+        "one torch op: add_", "the partial sums in torch: sum(0), cast to bf16",
+        "fwd + bwd implementations, no autograd", "through the API and autograd",
+        "autograd, a Function doing nothing", "empty_like x4",
+    }
+    assert all(us > 0 for us in parts.values()), parts
