@@ -71,7 +71,7 @@ def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
     with log.open("w") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tuner_tui.cli", "tune", "--device", "cpu", "--workload",
-             "gpt2-tiny", "--steps", "300", "--warmup", "1", "--remeasure", "0",
+             "gpt2-tiny", "--steps", "80", "--warmup", "1", "--remeasure", "0",
              "--search", "precision=fp32,bf16", "--search", "attention=manual,sdpa",
              "--json", str(doc), "--out", str(best)],
             stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
