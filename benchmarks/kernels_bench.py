@@ -171,6 +171,18 @@ def triton_next_pow2(n):
     return triton.next_power_of_2(n)
 
 
+def _partial_sums_variant(ours, mode):
+    """ours with the norms' partial sums added the `mode` way (kernels/_partial_sums.py); run_case
+    puts the default back after each timed impl."""
+    from gputune_kernels import _partial_sums
+
+    def run(*args, **kwargs):
+        _partial_sums.MODE = mode  # read again by the backward, which runs after this returns
+        return ours(*args, **kwargs)
+
+    return run
+
+
 def _flce_variant(chunk_rows):
     def run(hidden, weight, target):
         return gputune_kernels.fused_linear_cross_entropy(hidden, weight, target, chunk_rows=chunk_rows)
@@ -266,6 +278,7 @@ def build_cases() -> list[Case]:
             },
             eager=_rms_norm_eager, ours=lambda x, w: gputune_kernels.rms_norm(x, w), grad_inputs=("x", "w"),
             bytes_moved=5 * n * h * 2, target="<= 1.5 x its graph time" if h == 4096 else "",
+            variants={"partial sums=torch": _partial_sums_variant(gputune_kernels.rms_norm, "torch")},
         ))
         cases.append(Case(
             name=f"LayerNorm fwd+bwd {n}x{h} bf16",
@@ -276,6 +289,7 @@ def build_cases() -> list[Case]:
             eager=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
             ours=lambda x, w, b: gputune_kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
             bytes_moved=5 * n * h * 2, target="<= torch eager",
+            variants={"partial sums=torch": _partial_sums_variant(gputune_kernels.layer_norm, "torch")},
         ))
     for vocab in (50304, 128256):
         cases.append(Case(
@@ -346,12 +360,17 @@ def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
         # Ours inside a compiled graph: inductor calls the kernels from its generated code.
         impls["ours+compile"] = torch.compile(case.ours)
     impls.update({f"ours[{k}]": v for k, v in case.variants.items()})
+    from gputune_kernels import _partial_sums
+
+    default_mode = _partial_sums.MODE
     for label, fn in impls.items():
         t0 = time.perf_counter()
         try:
             result[label] = time_impl(fn, inputs, case, grad_out, rep_ms)
         except Exception as exc:  # one failing baseline must not lose the others
             result[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            _partial_sums.MODE = default_mode  # a variant may have changed it
         result[label]["wall_s"] = round(time.perf_counter() - t0, 1)
     del inputs, grad_out
     torch.cuda.empty_cache()
@@ -492,6 +511,7 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
     rows, n_cols = xd.shape
     block, warps = _common.row_params(n_cols)
     programs = _common.program_count(xd.device)
+    sums_grid = (_common.cdiv(n_cols, _partial_sums.BLOCK_COLS),)
     y, rstd, dx = torch.empty_like(xd), torch.empty(rows, device=device), torch.empty_like(xd)
     dw = torch.empty_like(wd)
     part = torch.empty((programs, n_cols), device=device)
@@ -501,7 +521,7 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
             xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
         _launch.of(rms._rms_norm_bwd_kernel)[(programs,)](
             g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
-        _launch.of(_partial_sums._sum_partials_kernel)[_partial_sums.grid(n_cols)](
+        _launch.of(_partial_sums._sum_partials_kernel)[sums_grid](
             part, dw, dw, programs, n_cols, TWO=False,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
 
@@ -509,12 +529,12 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
         rms._rms_norm_fwd_kernel[(rows,)](xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
         rms._rms_norm_bwd_kernel[(programs,)](
             g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
-        _partial_sums._sum_partials_kernel[_partial_sums.grid(n_cols)](
+        _partial_sums._sum_partials_kernel[sums_grid](
             part, dw, dw, programs, n_cols, TWO=False,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
 
     def partial_sums_launch():
-        _launch.of(_partial_sums._sum_partials_kernel)[_partial_sums.grid(n_cols)](
+        _launch.of(_partial_sums._sum_partials_kernel)[sums_grid](
             part, dw, dw, programs, n_cols, TWO=False,
             BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
 
@@ -531,8 +551,8 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
         # is a Triton launch dearer than a torch op? (the partial sums could be torch's)
         "one launch: the partial sums": _per_call_us(partial_sums_launch, device, calls),
         "one torch op: add_": _per_call_us(lambda: dw.add_(1.0), device, calls),
-        "the partial sums in torch: sum(0), cast to bf16": _per_call_us(
-            lambda: part.sum(0).to(wb.dtype), device, calls),
+        "the partial sums in torch, into bf16 (sum, copy)": _per_call_us(
+            lambda: _partial_sums._column_sums(part, wb), device, calls),
         "fwd + bwd implementations, no autograd": _per_call_us(impls, device, calls),
         "through the API and autograd": _per_call_us(
             lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g), device, calls),

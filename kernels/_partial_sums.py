@@ -1,22 +1,37 @@
 """The second stage of the norms' weight gradients: add the persistent grid's partial sums.
 
 The norm backward kernels leave one fp32 row of partial sums per program (P x n_cols, one
-block of them per gradient). This kernel adds the P rows column by column and writes the
-result in the weight's dtype: one launch for dweight (and dbias), where a torch
-``part.sum(0).to(dtype)`` per gradient costs two launches and two allocations each.
-The order of the additions is fixed, so the gradients are deterministic.
+block of them per gradient). `add` adds the P rows column by column and writes the sums in the
+gradients' dtype, in one of two ways (`MODE`, or GPUTUNE_PARTIAL_SUMS in the environment):
+
+- "kernel": this module's Triton kernel, one launch for dweight and dbias together, where a
+  torch ``part.sum(0).to(dtype)`` per gradient costs two launches and an allocation each;
+- "torch": one torch column sum over both blocks and one copy into the gradients' dtype (none
+  when that is fp32): two torch ops in place of a Triton launch, which is the cheaper on a host
+  where a Triton launch costs more than two of torch's (benchmarks/kernels_bench.py measures
+  both side by side).
+
+Either way the order of the additions is fixed, so the gradients are deterministic.
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
 import triton
 import triton.language as tl
 
-from gputune_kernels import _common
+from gputune_kernels import _common, _launch
 
 #: Columns per program (128 programs at 4096 columns) and partial rows per step.
 BLOCK_COLS = 32
 BLOCK_PARTS = 64
+
+MODES = ("kernel", "torch")
+MODE = os.environ.get("GPUTUNE_PARTIAL_SUMS", "kernel")
+if MODE not in MODES:
+    raise ValueError(f"GPUTUNE_PARTIAL_SUMS must be one of {', '.join(MODES)}, got {MODE!r}")
 
 
 @triton.jit
@@ -42,5 +57,25 @@ def _sum_partials_kernel(
         tl.store(out2_ptr + cols, tl.sum(acc2, axis=0).to(out2_ptr.dtype.element_ty), mask=col_ok)
 
 
-def grid(n_cols: int) -> tuple[int]:
-    return (_common.cdiv(n_cols, BLOCK_COLS),)
+def add(part: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None) -> None:
+    """out = the column sums of part's partial rows, part (P, n) fp32; with out2, part is
+    (2, P, n) and out2 gets the second block's. The outputs are in the gradients' dtype."""
+    if MODE == "torch":
+        if out2 is None:
+            _column_sums(part, out)
+        else:
+            _column_sums(part[0], out)
+            _column_sums(part[1], out2)
+        return
+    n_cols = out.shape[0]
+    _launch.of(_sum_partials_kernel)[(_common.cdiv(n_cols, BLOCK_COLS),)](
+        part, out, out if out2 is None else out2, part.shape[-2], n_cols, TWO=out2 is not None,
+        BLOCK_PARTS=BLOCK_PARTS, BLOCK_COLS=BLOCK_COLS,
+    )
+
+
+def _column_sums(part: torch.Tensor, out: torch.Tensor) -> None:
+    if out.dtype == torch.float32:
+        torch.sum(part, 0, out=out)
+    else:
+        out.copy_(part.sum(0))

@@ -3,9 +3,10 @@
 The forward keeps one row per program in registers and saves the row's mean and 1/std (fp32,
 in one (2, rows) buffer). The backward runs a persistent grid: each program walks rows
 ``pid, pid + P, ...``, writes dx for each, and sums its share of dweight and dbias in fp32
-registers; a second small kernel (_partial_sums) adds the P partial sums and writes both grads
-in the weight's dtype. x, dy and dx cross device memory once each; a forward and backward is
-three launches and no torch compute op, as few host calls as eager torch's own LayerNorm.
+registers; _partial_sums adds the P partial sums and writes both grads in the weight's dtype
+(by a second small kernel, or by torch's sum: its MODE). x, dy and dx cross device memory once
+each; a forward and backward is three launches and no torch compute op (in the "kernel" mode),
+as few host calls as eager torch's own LayerNorm.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import triton.language as tl
 from torch.library import triton_op
 
 from gputune_kernels import _common, _launch, _partial_sums
-from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
 @triton.jit
@@ -102,17 +102,15 @@ def _layer_norm_backward_impl(
     db = torch.empty(n_cols if has_bias else 0, dtype=weight.dtype, device=x.device)
     programs = _common.program_count(x.device)
     # Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
-    part = torch.empty((2 if has_bias else 1, programs, n_cols), dtype=torch.float32, device=x.device)
+    shape = (2, programs, n_cols) if has_bias else (programs, n_cols)
+    part = torch.empty(shape, dtype=torch.float32, device=x.device)
     if n_cols > 0 and not _common.tracing_interpreted(x):
         block, warps = _common.row_params(n_cols)
         _launch.of(_layer_norm_bwd_kernel)[(programs,)](
             dy, x, weight.contiguous(), stats, dx, part, rows, n_cols, programs,
             HAS_BIAS=has_bias, BLOCK=block, num_warps=warps,
         )
-        _launch.of(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
-            part, dw, db, programs, n_cols, TWO=has_bias,
-            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
-        )
+        _partial_sums.add(part, dw, db if has_bias else None)
     return dx, dw, db
 
 

@@ -2,9 +2,10 @@
 
 y = x / sqrt(mean(x^2) + eps) * weight. The forward keeps one row per program in registers
 and saves 1/rms (fp32). The backward runs a persistent grid: each program walks rows
-``pid, pid + P, ...``, writes dx and sums its share of dweight in fp32 registers; a second
-small kernel (_partial_sums) adds the P partial sums and writes dweight in the weight's dtype.
-A forward and backward is three launches and no torch compute op.
+``pid, pid + P, ...``, writes dx and sums its share of dweight in fp32 registers; _partial_sums
+adds the P partial sums and writes dweight in the weight's dtype (by a second small kernel, or
+by torch's sum: its MODE). A forward and backward is three launches and no torch compute op
+(in the "kernel" mode).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import triton.language as tl
 from torch.library import triton_op
 
 from gputune_kernels import _common, _launch, _partial_sums
-from gputune_kernels._partial_sums import _sum_partials_kernel
 
 
 @triton.jit
@@ -85,10 +85,7 @@ def _rms_norm_backward_impl(
         _launch.of(_rms_norm_bwd_kernel)[(programs,)](
             dy, x, weight.contiguous(), rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps,
         )
-        _launch.of(_sum_partials_kernel)[_partial_sums.grid(n_cols)](
-            part, dw, dw, programs, n_cols, TWO=False,
-            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS,
-        )
+        _partial_sums.add(part, dw)
     return dx, dw
 
 

@@ -95,3 +95,22 @@ def test_norms_compile_with_dynamic_shapes_gpu():
             w = torch.randn(cols, device=DEVICE, requires_grad=True)
             args = (x, w, torch.randn(cols, device=DEVICE)) if extra else (x, w)
             torch.testing.assert_close(compiled(*args), f(*args), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_norms_compile_with_the_partial_sums_in_torch_gpu(monkeypatch):
+    """With the partial sums added by torch ops inside the norms' backward (kernels/_partial_sums.py,
+    MODE "torch"), inductor compiles them in and the gradients match eager's."""
+    from gputune_kernels import _partial_sums
+
+    monkeypatch.setattr(_partial_sums, "MODE", "torch")
+    for op, n_extra in ((gputune_kernels.rms_norm, 0), (gputune_kernels.layer_norm, 1)):
+        torch._dynamo.reset()
+        x = torch.randn(64, 768, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+        params = [torch.randn(768, device=DEVICE, requires_grad=True) for _ in range(1 + n_extra)]
+        dy = torch.randn(64, 768, device=DEVICE, dtype=torch.bfloat16)
+        eager = torch.autograd.grad(op(x, *params), [x, *params], dy)
+        compiled = torch.compile(lambda x, *p: op(x, *p), fullgraph=True)
+        got = torch.autograd.grad(compiled(x, *params), [x, *params], dy)
+        for g, e in zip(got, eager):
+            torch.testing.assert_close(g, e, atol=2e-2, rtol=2e-2)

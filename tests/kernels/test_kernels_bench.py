@@ -26,7 +26,7 @@ def test_the_host_breakdown_times_every_part(kernels_bench):
     parts = kernels_bench.host_breakdown(device="cpu", calls=1)
     assert set(parts) == {
         "three launches", "three launches, Triton's usual launch", "one launch: the partial sums",
-        "one torch op: add_", "the partial sums in torch: sum(0), cast to bf16",
+        "one torch op: add_", "the partial sums in torch, into bf16 (sum, copy)",
         "fwd + bwd implementations, no autograd", "through the API and autograd",
         "autograd, a Function doing nothing", "empty_like x4",
     }

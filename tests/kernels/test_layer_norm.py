@@ -109,3 +109,26 @@ def test_layer_norm_forward_and_backward_are_three_launches_and_no_torch_op(monk
     )
     assert launched == ["_layer_norm_fwd_kernel", "_layer_norm_bwd_kernel", "_sum_partials_kernel"]
     assert ops == set()
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_with_the_partial_sums_in_torch(monkeypatch, weight_dtype, with_bias, poisoned):
+    # The other way of adding the backward's partial sums (kernels/_partial_sums.py): the same
+    # gradients, and torch's sum in place of the second kernel.
+    from gputune_kernels import _partial_sums
+
+    monkeypatch.setattr(_partial_sums, "MODE", "torch")
+    x = (torch.randn(37, 781, device=DEVICE) * 2).to(torch.bfloat16)
+    w = torch.randn(781, device=DEVICE).to(weight_dtype)
+    b = torch.randn(781, device=DEVICE).to(weight_dtype) if with_bias else None
+    _check(x, w, b, torch.bfloat16)
+    xs, ws = leaf(torch.randn(6, 33, device=DEVICE)), leaf(torch.randn(33, device=DEVICE).to(weight_dtype))
+    bs = leaf(torch.randn(33, device=DEVICE).to(weight_dtype)) if with_bias else None
+    leaves = [xs, ws] + ([bs] if with_bias else [])
+    launched, ops = device_work(
+        monkeypatch,
+        lambda: torch.autograd.grad(gputune_kernels.layer_norm(xs, ws, bs), leaves, torch.randn(6, 33, device=DEVICE)),
+    )
+    assert launched == ["_layer_norm_fwd_kernel", "_layer_norm_bwd_kernel"]
+    assert "aten::sum" in ops

@@ -84,3 +84,21 @@ def test_rms_norm_forward_and_backward_are_three_launches_and_no_torch_op(monkey
     )
     assert launched == ["_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel", "_sum_partials_kernel"]
     assert ops == set()
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_with_the_partial_sums_in_torch(monkeypatch, weight_dtype, poisoned):
+    # The other way of adding the backward's partial sums (kernels/_partial_sums.py): the same
+    # gradients, and torch's sum in place of the second kernel.
+    from gputune_kernels import _partial_sums
+
+    monkeypatch.setattr(_partial_sums, "MODE", "torch")
+    x = (torch.randn(37, 781, device=DEVICE) * 2).to(torch.bfloat16)
+    _check(x, torch.randn(781, device=DEVICE).to(weight_dtype), torch.bfloat16)
+    xs, ws = leaf(torch.randn(6, 33, device=DEVICE)), leaf(torch.randn(33, device=DEVICE).to(weight_dtype))
+    launched, ops = device_work(
+        monkeypatch,
+        lambda: torch.autograd.grad(gputune_kernels.rms_norm(xs, ws), [xs, ws], torch.randn(6, 33, device=DEVICE)),
+    )
+    assert launched == ["_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel"]
+    assert "aten::sum" in ops
