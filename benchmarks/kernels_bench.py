@@ -545,6 +545,17 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
             out, r = rms._rms_norm_impl(xd, wd, 1e-6)
             rms._rms_norm_backward_impl(g, xd, wd, r)
 
+    # LayerNorm beside it: on the H200 its tiny fwd+bwd cost the host 393 us against RMSNorm's
+    # 224 (2026-12-01, overhead_us) with the same three launches; which half differs?
+    ln = importlib.import_module("gputune_kernels.layer_norm")
+    b = torch.randn(256, device=device, requires_grad=True)
+    bd = b.detach()
+
+    def ln_impls():
+        with _common.raw_triton():
+            out, stats = ln._layer_norm_impl(xd, wd, bd, 1e-5)
+            ln._layer_norm_backward_impl(g, xd, wd, stats, True)
+
     return {
         "three launches": _per_call_us(launches, device, calls),
         "three launches, Triton's usual launch": _per_call_us(usual_launches, device, calls),
@@ -556,6 +567,9 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
         "fwd + bwd implementations, no autograd": _per_call_us(impls, device, calls),
         "through the API and autograd": _per_call_us(
             lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g), device, calls),
+        "LayerNorm: fwd + bwd implementations, no autograd": _per_call_us(ln_impls, device, calls),
+        "LayerNorm: through the API and autograd": _per_call_us(
+            lambda: torch.autograd.grad(gputune_kernels.layer_norm(x, w, b), [x, w, b], g), device, calls),
         "autograd, a Function doing nothing": _per_call_us(
             lambda: torch.autograd.grad(_Identity.apply(x), [x], g), device, calls),
         "empty_like x4": _per_call_us(

@@ -28,6 +28,7 @@ def test_the_host_breakdown_times_every_part(kernels_bench):
         "three launches", "three launches, Triton's usual launch", "one launch: the partial sums",
         "one torch op: add_", "the partial sums in torch, into bf16 (sum, copy)",
         "fwd + bwd implementations, no autograd", "through the API and autograd",
+        "LayerNorm: fwd + bwd implementations, no autograd", "LayerNorm: through the API and autograd",
         "autograd, a Function doing nothing", "empty_like x4",
     }
     assert all(us > 0 for us in parts.values()), parts
