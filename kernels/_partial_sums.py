@@ -6,10 +6,9 @@ gradients' dtype, in one of two ways (`MODE`, or GPUTUNE_PARTIAL_SUMS in the env
 
 - "kernel": this module's Triton kernel, one launch for dweight and dbias together, where a
   torch ``part.sum(0).to(dtype)`` per gradient costs two launches and an allocation each;
-- "torch": one torch column sum over both blocks and one copy into the gradients' dtype (none
-  when that is fp32): two torch ops in place of a Triton launch, which is the cheaper on a host
-  where a Triton launch costs more than two of torch's (benchmarks/kernels_bench.py measures
-  both side by side).
+- "torch": per gradient, torch's column sum and a copy into the gradient's dtype (no copy when
+  that is fp32): torch ops in place of a Triton launch, the cheaper on a host where a Triton
+  launch costs more than those (benchmarks/kernels_bench.py measures both side by side).
 
 Either way the order of the additions is fixed, so the gradients are deterministic.
 """
