@@ -209,7 +209,8 @@ def eager_function(name, impl, setup_context, backward):
         "backward": staticmethod(backward),
     })
     # Function.apply's Python wrapper, beyond the C apply under it, unwraps functorch's dead
-    # wrappers, which fast_path rules out: calling the C apply saves 2-3 us a call.
+    # wrappers (tensors that outlived their vmap or grad): calling the C apply saves 2-3 us a
+    # call, and such a tensor, which has no storage, fails at its first data_ptr() instead.
     function.raw_apply = super(torch.autograd.Function, function).apply
     return function
 
