@@ -168,9 +168,12 @@ def fast_path(args) -> bool:
     if _get_current_dispatch_mode() is not None:
         return False
     for a in args:
-        if isinstance(a, torch.Tensor) and type(a) not in _PLAIN_TENSORS:
-            return False
+        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or _functorch_wrapped(a)):
+            return False  # a subclass, or a tensor that outlived its vmap or grad (no storage)
     return True
+
+
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 class _RawTriton:
@@ -209,8 +212,8 @@ def eager_function(name, impl, setup_context, backward):
         "backward": staticmethod(backward),
     })
     # Function.apply's Python wrapper, beyond the C apply under it, unwraps functorch's dead
-    # wrappers (tensors that outlived their vmap or grad): calling the C apply saves 2-3 us a
-    # call, and such a tensor, which has no storage, fails at its first data_ptr() instead.
+    # wrappers (tensors that outlived their vmap or grad), which fast_path sends to the custom
+    # op instead: calling the C apply saves 2-3 us a call.
     function.raw_apply = super(torch.autograd.Function, function).apply
     return function
 

@@ -102,3 +102,21 @@ def test_rms_norm_with_the_partial_sums_in_torch(monkeypatch, weight_dtype, pois
     )
     assert launched == ["_rms_norm_fwd_kernel", "_rms_norm_bwd_kernel"]
     assert "aten::sum" in ops
+
+
+def test_a_tensor_that_outlived_its_grad_transform_still_goes_through(poisoned):
+    # functorch leaves wrapped tensors behind when they escape torch.func.grad; they have no
+    # storage, so the eager fast path must hand them to the custom op, which unwraps them.
+    from torch.func import grad
+
+    leaked = []
+
+    def f(x):
+        leaked.append(x * 2)
+        return (x**2).sum()
+
+    grad(f)(torch.randn(4, 8, device=DEVICE))
+    w = torch.randn(8, device=DEVICE, requires_grad=True)
+    y = gputune_kernels.rms_norm(leaked[0], w)
+    y.sum().backward()
+    assert y.shape == (4, 8) and w.grad.shape == (8,)
