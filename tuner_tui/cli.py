@@ -21,6 +21,7 @@ from strategies.config import (
 from strategies.files import WriteError, check_writable
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
+from tuner_tui.engine import kernel_knobs
 from tuner_tui.engine.paths import compile_cache_environ, module_exists
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -460,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _raise_interrupt)
     try:
         args = parser.parse_args(argv)
+        knob_problems = kernel_knobs.problems()  # read by the kernels in the worker: check first
+        if knob_problems:
+            raise UsageError(knob_problems[0])
         if args.command == "bench":
             return cmd_bench(args)
         if args.command == "tune":

@@ -310,3 +310,18 @@ def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune,
     proc = gputune(*args, "--device", "cpu", "--workload", "gpt2-tiny")
     _check_user_error(proc, *words)
     assert "measuring" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "name, value, words",
+    [
+        ("GPUTUNE_PARTIAL_SUMS", "torhc", ["GPUTUNE_PARTIAL_SUMS is 'torhc'", "kernel, torch"]),
+        ("GPUTUNE_LCE_CHUNK_ROWS", "-4", ["GPUTUNE_LCE_CHUNK_ROWS is '-4'", "a positive integer"]),
+        ("GPUTUNE_FAST_LAUNCH", "no", ["GPUTUNE_FAST_LAUNCH is 'no'", "1", "0"]),
+    ],
+)
+def test_a_bad_kernel_environment_variable_is_refused_up_front(cli, monkeypatch, name, value, words):
+    # The kernels read these in the worker; a typo must not become a failed trial there.
+    monkeypatch.setenv(name, value)
+    _refused(cli("bench", "--device", "cpu"), *words)
+    _refused(cli("tune", "--device", "cpu"), *words)

@@ -50,3 +50,11 @@ def test_ops_under_autocast_compute_in_the_input_dtype():
         assert gputune_kernels.rms_norm(x, w).dtype == torch.float32
         assert gputune_kernels.rms_norm(x.bfloat16(), w).dtype == torch.bfloat16
         assert gputune_kernels.cross_entropy(x.bfloat16(), target).dtype == torch.float32
+
+
+def test_the_cli_checks_the_partial_sums_modes_the_kernels_take():
+    # The CLI, which imports no torch, refuses a bad GPUTUNE_PARTIAL_SUMS before any run.
+    from gputune_kernels import _partial_sums
+    from tuner_tui.engine import kernel_knobs
+
+    assert kernel_knobs.PARTIAL_SUMS_MODES == _partial_sums.MODES
