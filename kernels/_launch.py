@@ -35,13 +35,11 @@ _WITH_CONSTEXPRS = tuple(int(v) for v in triton.__version__.split(".")[:2]) >= (
 _INT32 = (-(2**31), 2**31)
 
 
-def spec(value):
-    """What Triton specializes a kernel argument other than a tensor on (or finer); a tensor's
-    (its dtype and whether its address is 16-byte aligned) is taken in Launcher._launch.
-    The usual case, an int of 32 bits, is one small int: 1 for one, 16 for a multiple of 16
-    (Triton's divisibility), 0 otherwise."""
-    if type(value) is int and _INT32[0] <= value < _INT32[1]:
-        return 1 if value == 1 else (16 if value % 16 == 0 else 0)
+def spec(value) -> tuple:
+    """What Triton specializes a kernel argument on (or finer), for the arguments that
+    Launcher._launch does not key itself: it takes a tensor's dtype and whether its address is
+    16-byte aligned, and an int of 32 bits as one small int (1 for one, 16 for a multiple of
+    16, Triton's divisibility, 0 otherwise)."""
     if isinstance(value, bool):  # before int: a bool is an int
         return ("b", value)
     if isinstance(value, int):
@@ -102,8 +100,8 @@ class Launcher:
                 key.append(a.dtype)
                 key.append(address % 16 == 0)
                 values.append(address)
-            elif type(a) is int and -2147483648 <= a < 2147483648:
-                key.append(1 if a == 1 else (16 if a % 16 == 0 else 0))  # spec's, inlined
+            elif type(a) is int and -2147483648 <= a < 2147483648:  # _INT32, unpacked
+                key.append(1 if a == 1 else (16 if a % 16 == 0 else 0))
                 values.append(a)
             else:
                 key.append(spec(a))
