@@ -516,27 +516,27 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
     dw = torch.empty_like(wd)
     part = torch.empty((programs, n_cols), device=device)
 
+    # (kernel, grid, arguments, keywords) of the three launches a fwd+bwd makes
+    three = [
+        (rms._rms_norm_fwd_kernel, (rows,), (xd, wd, y, rstd, n_cols, 1e-6),
+         dict(BLOCK=block, num_warps=warps)),
+        (rms._rms_norm_bwd_kernel, (programs,), (g, xd, wd, rstd, dx, part, rows, n_cols, programs),
+         dict(BLOCK=block, num_warps=warps)),
+        (_partial_sums._sum_partials_kernel, sums_grid, (part, dw, dw, programs, n_cols),
+         dict(TWO=False, BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)),
+    ]
+
     def launches():
-        _launch.of(rms._rms_norm_fwd_kernel)[(rows,)](
-            xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
-        _launch.of(rms._rms_norm_bwd_kernel)[(programs,)](
-            g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
-        _launch.of(_partial_sums._sum_partials_kernel)[sums_grid](
-            part, dw, dw, programs, n_cols, TWO=False,
-            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+        for kernel, grid, args, kwargs in three:
+            _launch.of(kernel)[grid](*args, **kwargs)
 
     def usual_launches():  # the same three through Triton's JITFunction.run, for comparison
-        rms._rms_norm_fwd_kernel[(rows,)](xd, wd, y, rstd, n_cols, 1e-6, BLOCK=block, num_warps=warps)
-        rms._rms_norm_bwd_kernel[(programs,)](
-            g, xd, wd, rstd, dx, part, rows, n_cols, programs, BLOCK=block, num_warps=warps)
-        _partial_sums._sum_partials_kernel[sums_grid](
-            part, dw, dw, programs, n_cols, TWO=False,
-            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+        for kernel, grid, args, kwargs in three:
+            kernel[grid](*args, **kwargs)
 
     def partial_sums_launch():
-        _launch.of(_partial_sums._sum_partials_kernel)[sums_grid](
-            part, dw, dw, programs, n_cols, TWO=False,
-            BLOCK_PARTS=_partial_sums.BLOCK_PARTS, BLOCK_COLS=_partial_sums.BLOCK_COLS)
+        kernel, grid, args, kwargs = three[2]
+        _launch.of(kernel)[grid](*args, **kwargs)
 
     wb = wd.to(torch.bfloat16)
 
