@@ -32,3 +32,16 @@ def test_the_host_breakdown_times_every_part(kernels_bench):
         "autograd, a Function doing nothing", "empty_like x4",
     }
     assert all(us > 0 for us in parts.values()), parts
+
+
+def test_the_cpu_host_cost_script_runs_and_writes_its_figures(tmp_path):
+    import json
+    import subprocess
+
+    out = tmp_path / "host.json"
+    proc = subprocess.run([sys.executable, str(BENCH.parent / "host_cost_cpu.py"), "--calls", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())["host_us_per_fwd_bwd"]
+    assert set(figures) == {"autograd, a Function doing nothing", "rms_norm", "layer_norm", "gelu_tanh", "swiglu"}
+    assert all(us > 0 for us in figures.values())
