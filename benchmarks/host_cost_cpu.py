@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gputune_kernels  # noqa: E402
 from gputune_kernels import _common, _launch  # noqa: E402
+from kernels_bench import NoOpFunction  # noqa: E402  (beside this script)
 
 
 def _take_the_gpu_path() -> None:
@@ -67,16 +68,6 @@ class _NoRunner:
         return lambda *params, stream=None: None
 
 
-class _Identity(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
-
-
 def _per_call_us(fn, calls: int) -> float:
     for _ in range(min(200, calls)):
         fn()
@@ -98,7 +89,7 @@ def measure(calls: int) -> dict:
     b2 = b.detach().expand(8, 256)
     grad = torch.autograd.grad
     return {
-        "autograd, a Function doing nothing": _per_call_us(lambda: grad(_Identity.apply(x), [x], g), calls),
+        "autograd, a Function doing nothing": _per_call_us(lambda: grad(NoOpFunction.apply(x), [x], g), calls),
         "rms_norm": _per_call_us(lambda: grad(gputune_kernels.rms_norm(x, w), [x, w], g), calls),
         "layer_norm": _per_call_us(lambda: grad(gputune_kernels.layer_norm(x, w, b), [x, w, b], g), calls),
         "gelu_tanh": _per_call_us(lambda: grad(gputune_kernels.gelu_tanh(x), [x], g), calls),

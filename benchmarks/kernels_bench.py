@@ -478,7 +478,7 @@ def _per_call_us(fn, device: str, calls: int = 200) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-class _Identity(torch.autograd.Function):
+class NoOpFunction(torch.autograd.Function):
     """The least a custom op's eager path can cost: a Python forward and backward that do nothing."""
 
     @staticmethod
@@ -571,7 +571,7 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
         "LayerNorm: through the API and autograd": _per_call_us(
             lambda: torch.autograd.grad(gputune_kernels.layer_norm(x, w, b), [x, w, b], g), device, calls),
         "autograd, a Function doing nothing": _per_call_us(
-            lambda: torch.autograd.grad(_Identity.apply(x), [x], g), device, calls),
+            lambda: torch.autograd.grad(NoOpFunction.apply(x), [x], g), device, calls),
         "empty_like x4": _per_call_us(
             lambda: [torch.empty_like(xd) for _ in range(4)], device, calls),
     }
