@@ -19,6 +19,7 @@ sizes, and "budget=1.1GiB": the most rows per chunk whose working set
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import platform
@@ -171,16 +172,28 @@ def triton_next_pow2(n):
     return triton.next_power_of_2(n)
 
 
-def _partial_sums_variant(ours, mode):
-    """ours with the norms' partial sums added the `mode` way (kernels/_partial_sums.py); run_case
-    puts the default back after each timed impl."""
-    from gputune_kernels import _partial_sums
+# The kernels' module settings a variant may change; run_case puts each back after every
+# timed impl.
+_SETTINGS = (
+    ("gputune_kernels._partial_sums", "MODE"),  # how the norms add their partial sums
+    ("gputune_kernels._launch", "_ENABLED"),  # our direct launch (else Triton's own)
+)
 
+
+def _setting_variant(ours, module: str, attribute: str, value):
+    """ours with one of _SETTINGS set to value: the norms' partial sums in torch, or every launch
+    through Triton's own launch."""
     def run(*args, **kwargs):
-        _partial_sums.MODE = mode  # read again by the backward, which runs after this returns
+        # set on every call: the backward, which runs after this returns, reads it too
+        setattr(importlib.import_module(module), attribute, value)
         return ours(*args, **kwargs)
 
     return run
+
+
+def _norm_variants(ours) -> dict:
+    return {"partial sums=torch": _setting_variant(ours, "gputune_kernels._partial_sums", "MODE", "torch"),
+            "launch=triton": _setting_variant(ours, "gputune_kernels._launch", "_ENABLED", False)}
 
 
 def _flce_variant(chunk_rows):
@@ -278,7 +291,7 @@ def build_cases() -> list[Case]:
             },
             eager=_rms_norm_eager, ours=lambda x, w: gputune_kernels.rms_norm(x, w), grad_inputs=("x", "w"),
             bytes_moved=5 * n * h * 2, target="<= 1.5 x its graph time" if h == 4096 else "",
-            variants={"partial sums=torch": _partial_sums_variant(gputune_kernels.rms_norm, "torch")},
+            variants=_norm_variants(lambda x, w: gputune_kernels.rms_norm(x, w)),
         ))
         cases.append(Case(
             name=f"LayerNorm fwd+bwd {n}x{h} bf16",
@@ -289,7 +302,7 @@ def build_cases() -> list[Case]:
             eager=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
             ours=lambda x, w, b: gputune_kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
             bytes_moved=5 * n * h * 2, target="<= torch eager",
-            variants={"partial sums=torch": _partial_sums_variant(gputune_kernels.layer_norm, "torch")},
+            variants=_norm_variants(lambda x, w, b: gputune_kernels.layer_norm(x, w, b)),
         ))
     for vocab in (50304, 128256):
         cases.append(Case(
@@ -336,6 +349,8 @@ def build_cases() -> list[Case]:
             make=lambda n=n, h=h: {"x": _randn(n, h, dtype=torch.bfloat16, grad=True, scale=2)},
             eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: gputune_kernels.gelu_tanh(x),
             grad_inputs=("x",), bytes_moved=5 * n * h * 2, target="<= torch eager",
+            variants={"launch=triton": _setting_variant(
+                lambda x: gputune_kernels.gelu_tanh(x), "gputune_kernels._launch", "_ENABLED", False)},
         ))
     for c in cases:
         c.graphed = not c.name.startswith("linear+CE")
@@ -360,9 +375,8 @@ def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
         # Ours inside a compiled graph: inductor calls the kernels from its generated code.
         impls["ours+compile"] = torch.compile(case.ours)
     impls.update({f"ours[{k}]": v for k, v in case.variants.items()})
-    from gputune_kernels import _partial_sums
-
-    default_mode = _partial_sums.MODE
+    defaults = [(importlib.import_module(m), a) for m, a in _SETTINGS]
+    defaults = [(module, a, getattr(module, a)) for module, a in defaults]
     for label, fn in impls.items():
         t0 = time.perf_counter()
         try:
@@ -370,7 +384,8 @@ def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
         except Exception as exc:  # one failing baseline must not lose the others
             result[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         finally:
-            _partial_sums.MODE = default_mode  # a variant may have changed it
+            for module, attribute, value in defaults:  # a variant may have changed it
+                setattr(module, attribute, value)
         result[label]["wall_s"] = round(time.perf_counter() - t0, 1)
     del inputs, grad_out
     torch.cuda.empty_cache()
@@ -490,15 +505,16 @@ class NoOpFunction(torch.autograd.Function):
         return g
 
 
-def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
+def host_breakdown(device: str = "cuda", calls: int = 200, rounds: int = 5) -> dict:
     """Where the host's time of a tiny RMSNorm fwd+bwd (8x256, where the GPU work is shorter than
     the host's) goes, in microseconds per synchronized call: the three launches alone (compiled
     kernels, preallocated buffers), the same through Triton's usual launch, one launch beside one
     torch op and beside the torch ops that could replace it, the forward and backward
     implementations without autograd (launches, allocations, our Python), the whole call through
-    autograd, and the autograd engine's cost for a custom Function that does nothing. The
+    autograd (with our direct launch, with Triton's, with the partial sums in torch), the same for
+    LayerNorm and GELU, and the autograd engine's cost for a custom Function that does nothing.
+    Each part is timed in `rounds` interleaved rounds: {part: [us per call, one per round]}. The
     differences say what to cut."""
-    import importlib
 
     from gputune_kernels import _common, _launch, _partial_sums
 
@@ -556,25 +572,67 @@ def host_breakdown(device: str = "cuda", calls: int = 200) -> dict:
             out, stats = ln._layer_norm_impl(xd, wd, bd, 1e-5)
             ln._layer_norm_backward_impl(g, xd, wd, stats, True)
 
-    return {
-        "three launches": _per_call_us(launches, device, calls),
-        "three launches, Triton's usual launch": _per_call_us(usual_launches, device, calls),
+    def usual(fn):  # fn with every launch through Triton's own launch (GPUTUNE_FAST_LAUNCH=0)
+        def run():
+            before, _launch._ENABLED = _launch._ENABLED, False
+            try:
+                fn()
+            finally:
+                _launch._ENABLED = before
+        return run
+
+    def torch_sums(fn):  # fn with the norms' partial sums added by torch (GPUTUNE_PARTIAL_SUMS=torch)
+        def run():
+            before, _partial_sums.MODE = _partial_sums.MODE, "torch"
+            try:
+                fn()
+            finally:
+                _partial_sums.MODE = before
+        return run
+
+    def rms_api():
+        torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g)
+
+    def ln_api():
+        torch.autograd.grad(gputune_kernels.layer_norm(x, w, b), [x, w, b], g)
+
+    def gelu_api():
+        torch.autograd.grad(gputune_kernels.gelu_tanh(x), [x], g)
+
+    parts = {
+        "three launches": launches,
+        "three launches, Triton's usual launch": usual_launches,
         # is a Triton launch dearer than a torch op? (the partial sums could be torch's)
-        "one launch: the partial sums": _per_call_us(partial_sums_launch, device, calls),
-        "one torch op: add_": _per_call_us(lambda: dw.add_(1.0), device, calls),
-        "the partial sums in torch, into bf16 (sum, copy)": _per_call_us(
-            lambda: _partial_sums._column_sums(part, wb), device, calls),
-        "fwd + bwd implementations, no autograd": _per_call_us(impls, device, calls),
-        "through the API and autograd": _per_call_us(
-            lambda: torch.autograd.grad(gputune_kernels.rms_norm(x, w), [x, w], g), device, calls),
-        "LayerNorm: fwd + bwd implementations, no autograd": _per_call_us(ln_impls, device, calls),
-        "LayerNorm: through the API and autograd": _per_call_us(
-            lambda: torch.autograd.grad(gputune_kernels.layer_norm(x, w, b), [x, w, b], g), device, calls),
-        "autograd, a Function doing nothing": _per_call_us(
-            lambda: torch.autograd.grad(NoOpFunction.apply(x), [x], g), device, calls),
-        "empty_like x4": _per_call_us(
-            lambda: [torch.empty_like(xd) for _ in range(4)], device, calls),
+        "one launch: the partial sums": partial_sums_launch,
+        "one torch op: add_": lambda: dw.add_(1.0),
+        "the partial sums in torch, into bf16 (sum, copy)": lambda: _partial_sums._column_sums(part, wb),
+        "fwd + bwd implementations, no autograd": impls,
+        "through the API and autograd": rms_api,
+        "the API, Triton's usual launch": usual(rms_api),
+        "the API, partial sums in torch": torch_sums(rms_api),
+        "LayerNorm: fwd + bwd implementations, no autograd": ln_impls,
+        "LayerNorm: through the API and autograd": ln_api,
+        "LayerNorm: the API, Triton's usual launch": usual(ln_api),
+        "LayerNorm: the API, partial sums in torch": torch_sums(ln_api),
+        "GELU: through the API and autograd": gelu_api,
+        "GELU: the API, Triton's usual launch": usual(gelu_api),
+        "autograd, a Function doing nothing": lambda: torch.autograd.grad(NoOpFunction.apply(x), [x], g),
+        "empty_like x4": lambda: [torch.empty_like(xd) for _ in range(4)],
     }
+    # Rounds over every part, each round starting one part later, so that no part is always
+    # timed first (on the H200 the first part timed once read 391 us against the next one's 41).
+    names = list(parts)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_per_call_us(parts[name], device, calls))
+    return times
+
+
+def _median(values: list) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def main(argv=None) -> int:
@@ -593,8 +651,9 @@ def main(argv=None) -> int:
     report["overhead_us"] = launch_overhead()
     try:  # diagnostics only: a failure here must not cost the run its cases
         report["host_breakdown_us"] = host_breakdown()
-        print("host us per tiny RMSNorm fwd+bwd: " + ", ".join(
-            f"{k} {v:.0f}" for k, v in report["host_breakdown_us"].items()))
+        print("host us per tiny RMSNorm fwd+bwd, median (min-max) of 5 rounds:")
+        for name, us in report["host_breakdown_us"].items():
+            print(f"  {name:55s} {_median(us):6.0f} ({min(us):.0f}-{max(us):.0f})")
     except Exception as exc:
         report["host_breakdown_us"] = {"error": repr(exc)}
     args.json.parent.mkdir(parents=True, exist_ok=True)

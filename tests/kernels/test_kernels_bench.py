@@ -23,15 +23,27 @@ def kernels_bench():
 
 
 def test_the_host_breakdown_times_every_part(kernels_bench):
-    parts = kernels_bench.host_breakdown(device="cpu", calls=1)
+    from gputune_kernels import _launch, _partial_sums
+
+    parts = kernels_bench.host_breakdown(device="cpu", calls=1, rounds=2)
     assert set(parts) == {
         "three launches", "three launches, Triton's usual launch", "one launch: the partial sums",
         "one torch op: add_", "the partial sums in torch, into bf16 (sum, copy)",
         "fwd + bwd implementations, no autograd", "through the API and autograd",
+        "the API, Triton's usual launch", "the API, partial sums in torch",
         "LayerNorm: fwd + bwd implementations, no autograd", "LayerNorm: through the API and autograd",
+        "LayerNorm: the API, Triton's usual launch", "LayerNorm: the API, partial sums in torch",
+        "GELU: through the API and autograd", "GELU: the API, Triton's usual launch",
         "autograd, a Function doing nothing", "empty_like x4",
     }
-    assert all(us > 0 for us in parts.values()), parts
+    assert all(len(us) == 2 and min(us) > 0 for us in parts.values()), parts
+    # the A/B parts put the defaults back
+    assert _launch._ENABLED and _partial_sums.MODE == "kernel"
+
+
+def test_median(kernels_bench):
+    assert kernels_bench._median([3.0, 1.0, 2.0]) == 2.0
+    assert kernels_bench._median([4.0, 1.0, 2.0, 3.0]) == 2.5
 
 
 def test_the_cpu_host_cost_script_runs_and_writes_its_figures(tmp_path):
