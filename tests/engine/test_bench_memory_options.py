@@ -20,6 +20,10 @@ def test_bench_with_bf16_weights_and_micro_batches(gputune, tmp_path):
     parts = row["memory_parts"]
     assert parts["parameters"] == parts["gradients"] > 0  # bf16 gradients of bf16 weights
     assert parts["optimizer_state"] >= 4 * parts["parameters"]  # fp32 moments: 2 x 4 bytes
+    # The only row has no trial before it: its estimate is from its parameters and shapes.
+    est = row["memory_estimate"]
+    assert est["basis"] == "the model's shapes" and est["certain"] is False
+    assert est["parameters"] == parts["parameters"] and est["activations"] > 0
 
 
 def test_bench_refuses_a_bad_combination_before_running(gputune):

@@ -16,8 +16,9 @@ from tuner_tui.engine.search import (
 from tuner_tui.engine.search.driver import check_devices
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, data_parallel_bytes, estimate, fixed_bytes, micro_batch, parameter_count,
-    static_parts,
+    prior_estimate, static_parts,
 )
+from tuner_tui.engine.search.memory_prior import ModelShape, autocast_copy_bytes, per_sample_bytes
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
@@ -59,6 +60,21 @@ def test_the_estimate_computes_the_static_parts_and_scales_activations_by_the_mi
     found = estimate(lean.replace(checkpointing="full"), measured, 8)
     assert found.activations == 5 * MiB
     assert estimate(lean, [], 8) is None
+
+
+def test_the_first_trial_is_estimated_from_its_parameters_and_shapes_alone():
+    shape = ModelShape(layers=2, hidden=64, intermediate=176, heads=4, kv_heads=2, vocab=512,
+                       seq_len=64)
+    bf16 = TuneConfig.from_dict({"precision": "bf16", "batch_size": 8, "micro_batch_size": 2})
+    first = dataclasses.replace(_row(bf16, 10**12), model_shape=shape.to_dict())  # a peak it must not use
+    found = prior_estimate(bf16, first, default_batch=8)
+    assert (found.parameters, found.gradients, found.optimizer_state) == static_parts(bf16, N)
+    assert found.activations == int(2 * per_sample_bytes(bf16, shape) + autocast_copy_bytes(bf16, N))
+    assert not found.certain and found.basis == "the model's shapes"
+    # the estimate is the same whatever the trial measured
+    assert prior_estimate(bf16, dataclasses.replace(first, peak_memory_bytes=1), 8) == found
+    # without the worker's counts (a build that failed) there is none
+    assert prior_estimate(bf16, _row(bf16, None, status="error", parts=False), 8) is None
 
 
 def test_without_measured_parts_the_whole_peak_scales_as_before():

@@ -29,7 +29,7 @@ from tuner_tui.engine.reference import (
 from tuner_tui.engine.runner import (
     NextWorker, TrialPlan, best, run_one, runnable, start_worker, trace_path,
 )
-from tuner_tui.engine.search.memory import estimate
+from tuner_tui.engine.search.memory import estimate, prior_estimate
 from tuner_tui.engine.store import REUSABLE, ResultStore, workload_key
 from tuner_tui.engine.table import summary
 
@@ -215,6 +215,8 @@ def run_bench(
                 estimated = estimate(config, results, default_batch)
                 result = run_one(client, config, plan.trial_plan(index, config),
                                  references.get(key, ()), progress)
+                if estimated is None:  # nothing measured before it: from what its worker counted
+                    estimated = prior_estimate(config, result, default_batch)
                 if estimated is not None:
                     result = replace(result, memory_estimate=estimated.to_dict())
                 if store is not None:

@@ -35,8 +35,9 @@ def format_table(
     """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
     by the first row's. `item_name`: what the workload counts (tokens, images, samples).
     "peak GiB" is what counts against a memory budget (the larger of the allocated and reserved
-    peaks); "est GiB" the estimate made before the row ran, from the rows before it, marked ~
-    where it rests on a saving not measured yet (such an estimate never skips a trial)."""
+    peaks); "est GiB" the estimate made before the row ran, from the rows before it (a run's
+    first row: from its parameters and the model's shapes alone), marked ~ where it rests on a
+    saving not measured yet (such an estimate never skips a trial)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
                "spread", "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]

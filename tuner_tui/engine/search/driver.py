@@ -40,7 +40,7 @@ from tuner_tui.engine.runner import (
 )
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, checkpoint_ratios, estimate, estimate_peak, measured_peak, micro_batch,
-    pareto_front,
+    pareto_front, prior_estimate,
 )
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
@@ -239,6 +239,8 @@ class Search:
         began = time.monotonic()
         result = self._run(config, reference, steps)
         self.wall_s[result.label] = time.monotonic() - began
+        if estimated is None:  # nothing measured before it: from what its worker counted
+            estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
             result = replace(result, memory_estimate=estimated.to_dict())
         self.store.record(result, self.environment, self.workload_key, steps,

@@ -168,17 +168,7 @@ def estimate(
         return micro_batch(c, default_batch)
 
     def beside(c: TuneConfig) -> float:
-        """Held beside the activations whatever the micro-batch: autocast's weight copies and,
-        where a whole-model graph accumulates gradients, the new gradients it returns at once
-        beside those it adds them to (seen on the H200: micro-batch 2 held 2.8 GiB more than
-        its activations, the gradients of the HF Llama in bf16)."""
-        if shape is None:
-            return 0.0
-        extra = autocast_copy_bytes(c, n_params)
-        if (c.compile_mode != "off" and c.compile_scope == "model"
-                and micro(c) < max(1, (c.batch_size or default_batch) // c.devices)):
-            extra += static_parts(c, n_params)[1]
-        return extra
+        return held_beside(c, n_params, default_batch) if shape is not None else 0.0
 
     def after(c: TuneConfig) -> float:  # held at the optimizer step, once activations are freed
         return optimizer_copy_bytes(c, shape) if shape is not None else 0.0
@@ -225,6 +215,36 @@ def estimate(
     statics = static_parts(config, n_params) if n_params is not None else (0, 0, 0)
     extra = data_parallel_bytes(config, n_params) if n_params is not None else 0
     return MemoryEstimate(*statics, int(rest), extra, near.label, certain)
+
+
+def held_beside(c: TuneConfig, n_params: int, default_batch: int) -> float:
+    """Held beside the activations whatever the micro-batch: autocast's weight copies and, where
+    a whole-model graph accumulates gradients, the new gradients it returns at once beside those
+    it adds them to (seen on the H200: micro-batch 2 held 2.8 GiB more than its activations, the
+    gradients of the HF Llama in bf16)."""
+    extra = autocast_copy_bytes(c, n_params)
+    if (c.compile_mode != "off" and c.compile_scope == "model"
+            and micro_batch(c, default_batch) < max(1, (c.batch_size or default_batch) // c.devices)):
+        extra += static_parts(c, n_params)[1]
+    return extra
+
+
+def prior_estimate(config: TuneConfig, result: TrialResult, default_batch: int,
+                   shape: ModelShape | None = None) -> MemoryEstimate | None:
+    """The estimate of a run's first trial, which has no measured trial before it: from what its
+    worker counted before the first step, the parameter bytes (`memory_parts`) and the model's
+    shapes (`model_shape`, or `shape`), never from its peak. Parameters, gradients and state by
+    their dtypes, and the shape prior's activations (`memory_prior.per_sample_bytes`) at its
+    micro-batch; never `certain`. None where the worker counted neither (a failed build)."""
+    shape = shape or ModelShape.from_dict(result.model_shape)
+    n_params = parameter_count([result])
+    if shape is None or n_params is None:
+        return None
+    activations = per_sample_bytes(config, shape) * micro_batch(config, default_batch)
+    rest = max(activations + held_beside(config, n_params, default_batch),
+               optimizer_copy_bytes(config, shape))
+    return MemoryEstimate(*static_parts(config, n_params), int(rest),
+                          data_parallel_bytes(config, n_params), "the model's shapes", False)
 
 
 def _with_option(c: TuneConfig, target: TuneConfig, key: str) -> TuneConfig:

@@ -132,9 +132,14 @@ def _head_per_token(config: TuneConfig, s: ModelShape, b: int) -> float:
         # policy for log-softmax and NLL): beside the logits, the log-softmax it keeps and, in
         # the backward, one fp32 gradient at a time. (On the H200, GPT-2 at batch 16 held 9
         # bytes a logit allocated and 12 reserved; counting two in the logits' dtype had put its
-        # fused loss 49% over. HF's eager loss stays at the fp32 copy's count below, which the
-        # committed HF files fit.)
+        # fused loss 49% over.)
         return s.vocab * (b + 8)
+    if config.compile_mode == "off":
+        # HF's in eager: the logits, the log-softmax of their fp32 copy and, fitted to the
+        # committed HF files (`memory_replay`), 2 bytes more than under compile; 4 more put
+        # its two-GPU FSDP2 rows 18% under, none put its fully checkpointed fp32 reference 19%
+        # under.
+        return s.vocab * (b + 6)
     if s.loss_in_fp32 or config.compile_mode in CUDA_GRAPH_MODES:
         # A CUDA graph's private pool keeps the loss's intermediates too (GPT-2 at batch 64
         # under reduce-overhead held its logits at 6 bytes an element, as HF's loss does).

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner_tui.engine.protocol import TrialResult, measured_peak
-from tuner_tui.engine.search.memory import MemoryEstimate, estimate
+from tuner_tui.engine.search.memory import MemoryEstimate, estimate, prior_estimate
 from tuner_tui.engine.search.memory_prior import ModelShape
 
 WORKLOAD_SHAPES = {
@@ -79,10 +79,14 @@ def run_order(results: list[TrialResult], log: str | None) -> list[TrialResult]:
 
 def replay(ordered: list[TrialResult], default_batch: int,
            shape: ModelShape | None = None) -> list[ReplayRow]:
-    """Each trial's estimate from the trials before it, as `SearchDriver.evaluate` makes it."""
+    """Each trial's estimate from the trials before it, as `SearchDriver.evaluate` makes it
+    (the first's from the model's shapes, `prior_estimate`)."""
     rows = []
     for i, r in enumerate(ordered):
-        rows.append(ReplayRow(r, estimate(r.tune_config, ordered[:i], default_batch, shape)))
+        found = estimate(r.tune_config, ordered[:i], default_batch, shape)
+        if found is None:  # the first trial: from the shapes alone, as bench and tune make it
+            found = prior_estimate(r.tune_config, r, default_batch, shape)
+        rows.append(ReplayRow(r, found))
     return rows
 
 
