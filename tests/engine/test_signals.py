@@ -33,6 +33,30 @@ def _semaphores_of(processes) -> set[str]:
     return names
 
 
+def _communicate(proc, timeout: float, log: Path | None = None) -> tuple[str, str]:
+    """proc's output once it exits; if it has not within `timeout`, a failure that says what
+    was still running and what it had written (a CI run timed out here once, 2026-12-01, on a
+    machine running the suite at half its usual speed, and could not be reproduced)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        running = []  # every process of its session (it was started in a new one), orphans too
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == proc.pid:
+                    running.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:160]}")
+            except (OSError, psutil.Error):
+                continue
+        def text(b) -> str:  # what TimeoutExpired holds is bytes, whatever text= said
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+        written = log.read_text() if log is not None else text(exc.stdout)
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"gputune still running {timeout:.0f} s after the signal (exit code "
+                    f"{proc.poll()}); its processes: {running}; it wrote:\n{written[-3000:]}\n"
+                    f"stderr:\n{text(exc.stderr)[-2000:]}")
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
 def test_terminal_signal_during_bench(tmp_path, signum):
     env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTUNE_HOME=str(tmp_path))
@@ -53,7 +77,7 @@ def test_terminal_signal_during_bench(tmp_path, signum):
     assert children, "the bench started no worker"
     during = _semaphores_of([parent, *children])
     os.killpg(proc.pid, signum)
-    out, err = proc.communicate(timeout=60)
+    out, err = _communicate(proc, 60)
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [p.cmdline() for p in alive]
     assert proc.returncode == 130, err
@@ -83,7 +107,7 @@ def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
             assert proc.poll() is None, log.read_text()[-2000:]
             time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = _communicate(proc, 60, log)
     out = log.read_text()
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "gputune: interrupted", err
