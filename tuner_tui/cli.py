@@ -456,9 +456,12 @@ def _raise_interrupt(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     # SIGTERM and SIGHUP (the terminal closed) take the same path as Ctrl-C, so `finally`
-    # blocks stop the worker processes and multiprocessing removes its semaphores.
+    # blocks stop the worker processes and multiprocessing removes its semaphores. A SIGHUP
+    # the user ignored (`nohup gputune tune ...`) stays ignored, so the search outlives the
+    # terminal, as a SIGINT ignored by the shell (a background job) does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _raise_interrupt)
     try:
         args = parser.parse_args(argv)
         knob_problems = kernel_knobs.problems()  # read by the kernels in the worker: check first

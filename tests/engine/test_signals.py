@@ -33,6 +33,19 @@ def _semaphores_of(processes) -> set[str]:
     return names
 
 
+def _in_the_foreground() -> None:
+    """A terminal's foreground job: Ctrl-C and a closed terminal at their default actions,
+    whatever this test process inherited (started in the background by a shell without job
+    control, it ignores SIGINT, and gputune, like any program, keeps an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _under_nohup() -> None:
+    _in_the_foreground()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def _communicate(proc, timeout: float, log: Path | None = None) -> tuple[str, str]:
     """proc's output once it exits; if it has not within `timeout`, a failure that says what
     was still running and what it had written (a CI run timed out here once, 2026-12-01, on a
@@ -50,6 +63,14 @@ def _communicate(proc, timeout: float, log: Path | None = None) -> tuple[str, st
         def text(b) -> str:  # what TimeoutExpired holds is bytes, whatever text= said
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
+        def masks(pid) -> str:  # blocked, ignored and caught signals, as /proc shows them
+            try:
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            except OSError:
+                return "?"
+            return " ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+        running.append(f"gputune: {masks(proc.pid)}; this test: {masks(os.getpid())}")
         written = log.read_text() if log is not None else text(exc.stdout)
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"gputune still running {timeout:.0f} s after the signal (exit code "
@@ -64,7 +85,7 @@ def test_terminal_signal_during_bench(tmp_path, signum):
         [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
          "gpt2-tiny", "--steps", "500", "--warmup", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_in_the_foreground,
     )
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 90
@@ -99,7 +120,7 @@ def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
              "--search", "precision=fp32,bf16", "--search", "attention=manual,sdpa",
              "--json", str(doc), "--out", str(best)],
             stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_in_the_foreground,
         )
         deadline = time.monotonic() + 120
         # The fp32 reference measured: the next trial runs (or its worker starts).
@@ -120,3 +141,26 @@ def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
     assert written["interrupted"] is True
     assert written["results"] and all(r["status"] == "ok" for r in written["results"])
     assert best.exists()
+
+
+def test_under_nohup_a_closed_terminal_leaves_the_bench_running(tmp_path):
+    """`nohup gputune ...`: SIGHUP ignored stays ignored (the run outlives the terminal); Ctrl-C
+    still stops it in order."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTUNE_HOME=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
+         "gpt2-tiny", "--steps", "500", "--warmup", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        start_new_session=True, preexec_fn=_under_nohup,
+    )
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not parent.children(recursive=True):
+        time.sleep(0.2)
+    time.sleep(2)
+    os.killpg(proc.pid, signal.SIGHUP)
+    time.sleep(3)
+    assert proc.poll() is None, proc.communicate()[1]
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = _communicate(proc, 60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "gputune: interrupted", err
