@@ -78,14 +78,15 @@ def _communicate(proc, timeout: float, log: Path | None = None) -> tuple[str, st
                     f"stderr:\n{text(exc.stderr)[-2000:]}")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
-def test_terminal_signal_during_bench(tmp_path, signum):
+def _bench_with_a_worker(tmp_path, preexec) -> tuple[subprocess.Popen, psutil.Process]:
+    """A long `gputune bench` in a session of its own (the terminal's job), once its first
+    worker has been spawned."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTUNE_HOME=str(tmp_path))
     proc = subprocess.Popen(
         [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
          "gpt2-tiny", "--steps", "500", "--warmup", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        start_new_session=True, preexec_fn=_in_the_foreground,
+        start_new_session=True, preexec_fn=preexec,
     )
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 90
@@ -93,6 +94,12 @@ def test_terminal_signal_during_bench(tmp_path, signum):
         "spawn_main" in " ".join(p.cmdline()) for p in parent.children(recursive=True)
     ):
         time.sleep(0.2)
+    return proc, parent
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_terminal_signal_during_bench(tmp_path, signum):
+    proc, parent = _bench_with_a_worker(tmp_path, _in_the_foreground)
     time.sleep(4)  # into the worker's start or its first trial
     children = parent.children(recursive=True)
     assert children, "the bench started no worker"
@@ -146,17 +153,7 @@ def test_an_interrupted_tune_reports_and_writes_what_it_measured(tmp_path):
 def test_under_nohup_a_closed_terminal_leaves_the_bench_running(tmp_path):
     """`nohup gputune ...`: SIGHUP ignored stays ignored (the run outlives the terminal); Ctrl-C
     still stops it in order."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUTUNE_HOME=str(tmp_path))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner_tui.cli", "bench", "--device", "cpu", "--workload",
-         "gpt2-tiny", "--steps", "500", "--warmup", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-        start_new_session=True, preexec_fn=_under_nohup,
-    )
-    parent = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not parent.children(recursive=True):
-        time.sleep(0.2)
+    proc, _ = _bench_with_a_worker(tmp_path, _under_nohup)
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGHUP)
     time.sleep(3)
