@@ -7,6 +7,7 @@ Tests marked `gpu` are skipped where CUDA is absent.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import torch
@@ -20,6 +21,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# One Inductor cache for every worker the session starts, so a model compiled by one test is
+# not compiled from scratch again by the next (about 24 s a compile on the 2-core CI machine).
+# Each test still gets a fresh result store (GPUTUNE_HOME); the tests of gputune's own cache
+# folder unset this. A fresh folder per session: no artifact of an earlier run is reused.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gputune-test-inductor-"))
 
 import pytest  # noqa: E402
 
