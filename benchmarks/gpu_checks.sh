@@ -53,6 +53,8 @@
 #             per-GPU budget of 24 GiB: DDP against FSDP2, chosen by the search      ~9 min
 #   fit-screenshot  issue 13: the dashboard's memory panel on the HF Llama with a 20 GiB budget,
 #             after the configuration the fit search found inside the recipe's memory     ~2 min
+#   native    issue 17: the C++ autograd nodes' GPU tests, then LayerNorm, RMSNorm and GELU
+#             through the API, node against the Python paths                     ~5 min
 #   kernel-decisions  issues 17 and 16: the fused-kernels strategy's measured decisions (GPT-2,
 #             Llama 1B), their GPU test, and the profile's matmul TFLOP/s GPU test    ~3 min
 #   why-screenshot  the dashboard's profile panel (key x) on bf16 eager at batch 1, for the
@@ -61,8 +63,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 # Each gputune command ends (SIGTERM) 20 s before the device call's limit (CALL_LIMIT_S, from
@@ -222,6 +224,14 @@ PY
     # KERNELS_ONLY=LayerNorm,RMSNorm,GELU,linear+CE the cases of issue 17.
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-}" \
       2>&1 | tee "$OUT/kernels.log" | tail -40 ;;
+  native)
+    # Issue 17: the C++ autograd nodes: their GPU tests (bit for bit against the Python path),
+    # then LayerNorm, RMSNorm and GELU through the API with the Python paths timed beside them.
+    # (every GPU kernel test: the others take the nodes too wherever they apply)
+    python3 -m pytest -m gpu -v tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" \
+      | grep -E "FAILED|ERROR|Fatal|passed|failed" | tail -15
+    python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-LayerNorm,RMSNorm,GELU}" \
+      --host-rounds "${HOST_ROUNDS:-5}" --rounds "${ROUNDS:-5}" 2>&1 | tee "$OUT/kernels.log" | tail -60 ;;
   kernels-e2e)
     # Issue 17: GPT-2 124M in eager mode with the fused kernels beside the same without, twice
     # each, alternating; a fresh home, so that the strategy measures its decisions on this GPU.

@@ -177,23 +177,36 @@ def triton_next_pow2(n):
 _SETTINGS = (
     ("gputune_kernels._partial_sums", "MODE"),  # how the norms add their partial sums
     ("gputune_kernels._launch", "_ENABLED"),  # our direct launch (else Triton's own)
+    ("gputune_kernels._native", "ENABLED"),  # the C++ autograd nodes (else the Python Function)
 )
+_PYTHON = ("gputune_kernels._native", "ENABLED", False)
 
 
-def _setting_variant(ours, module: str, attribute: str, value):
-    """ours with one of _SETTINGS set to value: the norms' partial sums in torch, or every launch
-    through Triton's own launch."""
+def _setting_variant(ours, *settings):
+    """ours with some of _SETTINGS set, each given as (module, attribute, value): the Python
+    Function instead of the C++ node, the norms' partial sums in torch, every launch through
+    Triton's own launch."""
     def run(*args, **kwargs):
-        # set on every call: the backward, which runs after this returns, reads it too
-        setattr(importlib.import_module(module), attribute, value)
+        # set on every call: the backward, which runs after this returns, reads them too
+        for module, attribute, value in settings:
+            setattr(importlib.import_module(module), attribute, value)
         return ours(*args, **kwargs)
 
     return run
 
 
-def _norm_variants(ours) -> dict:
-    return {"partial sums=torch": _setting_variant(ours, "gputune_kernels._partial_sums", "MODE", "torch"),
-            "launch=triton": _setting_variant(ours, "gputune_kernels._launch", "_ENABLED", False)}
+def _python_variants(ours, norm: bool) -> dict:
+    """The Python paths beside the default (the C++ node where it is built): the Python
+    Function with our launch, with Triton's launch, and for the norms with torch's partial sums
+    (which the node does not do)."""
+    variants = {
+        "python": _setting_variant(ours, _PYTHON),
+        "python, launch=triton": _setting_variant(ours, _PYTHON, ("gputune_kernels._launch", "_ENABLED", False)),
+    }
+    if norm:
+        variants["python, partial sums=torch"] = _setting_variant(
+            ours, _PYTHON, ("gputune_kernels._partial_sums", "MODE", "torch"))
+    return variants
 
 
 def _flce_variant(chunk_rows):
@@ -291,7 +304,7 @@ def build_cases() -> list[Case]:
             },
             eager=_rms_norm_eager, ours=lambda x, w: gputune_kernels.rms_norm(x, w), grad_inputs=("x", "w"),
             bytes_moved=5 * n * h * 2, target="<= 1.5 x its graph time" if h == 4096 else "",
-            variants=_norm_variants(lambda x, w: gputune_kernels.rms_norm(x, w)),
+            variants=_python_variants(lambda x, w: gputune_kernels.rms_norm(x, w), norm=True),
         ))
         cases.append(Case(
             name=f"LayerNorm fwd+bwd {n}x{h} bf16",
@@ -302,7 +315,7 @@ def build_cases() -> list[Case]:
             eager=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
             ours=lambda x, w, b: gputune_kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
             bytes_moved=5 * n * h * 2, target="<= torch eager",
-            variants=_norm_variants(lambda x, w, b: gputune_kernels.layer_norm(x, w, b)),
+            variants=_python_variants(lambda x, w, b: gputune_kernels.layer_norm(x, w, b), norm=True),
         ))
     for vocab in (50304, 128256):
         cases.append(Case(
@@ -349,8 +362,7 @@ def build_cases() -> list[Case]:
             make=lambda n=n, h=h: {"x": _randn(n, h, dtype=torch.bfloat16, grad=True, scale=2)},
             eager=lambda x: F.gelu(x, approximate="tanh"), ours=lambda x: gputune_kernels.gelu_tanh(x),
             grad_inputs=("x",), bytes_moved=5 * n * h * 2, target="<= torch eager",
-            variants={"launch=triton": _setting_variant(
-                lambda x: gputune_kernels.gelu_tanh(x), "gputune_kernels._launch", "_ENABLED", False)},
+            variants=_python_variants(lambda x: gputune_kernels.gelu_tanh(x), norm=False),
         ))
     for c in cases:
         c.graphed = not c.name.startswith("linear+CE")
@@ -359,7 +371,7 @@ def build_cases() -> list[Case]:
     return cases
 
 
-def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
+def run_case(case: Case, rep_ms: float, with_compile: bool, rounds: int = 1) -> dict:
     torch.manual_seed(0)
     inputs = case.make()
     torch.cuda.synchronize()
@@ -387,9 +399,37 @@ def run_case(case: Case, rep_ms: float, with_compile: bool) -> dict:
             for module, attribute, value in defaults:  # a variant may have changed it
                 setattr(module, attribute, value)
         result[label]["wall_s"] = round(time.perf_counter() - t0, 1)
+    if rounds > 1:
+        _more_rounds(result, impls, inputs, case, grad_out, rep_ms, rounds - 1, defaults)
     del inputs, grad_out
     torch.cuda.empty_cache()
     return result
+
+
+def _more_rounds(result, impls, inputs, case, grad_out, rep_ms, rounds, defaults) -> None:
+    """Time every impl that ran `rounds` more times, interleaved (each round starts one impl
+    later), so that a drift of the host's speed, which moves host-bound calls by tens of
+    percent between device calls, falls on all of them alike. Each impl's "ms" becomes the
+    median over all its rounds, with the rounds kept ("ms_rounds") for the spread."""
+    from triton.testing import do_bench
+
+    labels = [k for k in impls if "error" not in result[k]]
+    steps = {k: _step(impls[k], inputs, case.grad_inputs, grad_out) for k in labels}
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            try:
+                ms = do_bench(steps[label], warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
+            finally:
+                for module, attribute, value in defaults:
+                    setattr(module, attribute, value)
+            result[label].setdefault("ms_rounds", [result[label]["ms"]]).append(ms)
+    for label in labels:
+        res = result[label]
+        res["ms"] = _median(res["ms_rounds"])
+        if case.bytes_moved:
+            res["GB/s"] = case.bytes_moved / (res["ms"] * 1e-3) / 1e9
+        if case.flops:
+            res["TFLOP/s"] = case.flops / (res["ms"] * 1e-3) / 1e12
 
 
 def launch_overhead() -> dict:
@@ -455,6 +495,8 @@ def _fmt(r: dict) -> str:
     if "error" in r:
         return "error"
     s = f"{r['ms']:.3f} ms"
+    if "ms_rounds" in r:
+        s += f" ({min(r['ms_rounds']):.3f}-{max(r['ms_rounds']):.3f})"
     if "GB/s" in r:
         s += f" {r['GB/s'] / 1000:.2f} TB/s"
     if "ms_graph" in r:
@@ -516,7 +558,7 @@ def host_breakdown(device: str = "cuda", calls: int = 200, rounds: int = 7) -> d
     Each part is timed in `rounds` interleaved rounds: {part: [us per call, one per round]}. The
     differences say what to cut."""
 
-    from gputune_kernels import _common, _launch, _partial_sums
+    from gputune_kernels import _common, _launch, _native, _partial_sums
 
     rms = importlib.import_module("gputune_kernels.rms_norm")  # the module, not its function
 
@@ -577,11 +619,20 @@ def host_breakdown(device: str = "cuda", calls: int = 200, rounds: int = 7) -> d
             out, stats = ln._layer_norm_impl(xd, wd, bd, 1e-5)
             ln._layer_norm_backward_impl(g, xd, wd, stats, True)
 
-    def usual(fn):  # fn with every launch through Triton's own launch (GPUTUNE_FAST_LAUNCH=0)
+    def python(fn):  # fn through the Python autograd.Function instead of the C++ node
+        def run():
+            before, _native.ENABLED = _native.ENABLED, False
+            try:
+                fn()
+            finally:
+                _native.ENABLED = before
+        return run
+
+    def usual(fn):  # the Python Function with every launch through Triton's own launch
         def run():
             before, _launch._ENABLED = _launch._ENABLED, False
             try:
-                fn()
+                python(fn)()
             finally:
                 _launch._ENABLED = before
         return run
@@ -613,14 +664,19 @@ def host_breakdown(device: str = "cuda", calls: int = 200, rounds: int = 7) -> d
         "the partial sums in torch, into bf16 (sum, copy)": lambda: _partial_sums._column_sums(part, wb),
         "fwd + bwd implementations, no autograd": impls,
         "through the API and autograd": rms_api,
-        "the API, Triton's usual launch": usual(rms_api),
-        "the API, partial sums in torch": torch_sums(rms_api),
+        "the API, Python Function": python(rms_api),
+        "the API, Python Function, Triton's usual launch": usual(rms_api),
+        "the API, Python Function, partial sums in torch": torch_sums(rms_api),
         "LayerNorm: fwd + bwd implementations, no autograd": ln_impls,
         "LayerNorm: through the API and autograd": ln_api,
-        "LayerNorm: the API, Triton's usual launch": usual(ln_api),
-        "LayerNorm: the API, partial sums in torch": torch_sums(ln_api),
+        "LayerNorm: the API, Python Function": python(ln_api),
+        "LayerNorm: the API, Python Function, Triton's usual launch": usual(ln_api),
+        "LayerNorm: the API, Python Function, partial sums in torch": torch_sums(ln_api),
         "GELU: through the API and autograd": gelu_api,
-        "GELU: the API, Triton's usual launch": usual(gelu_api),
+        "GELU: the API, Python Function": python(gelu_api),
+        "GELU: the API, Python Function, Triton's usual launch": usual(gelu_api),
+        "eager torch: F.layer_norm": lambda: torch.autograd.grad(F.layer_norm(x, (256,), w, b), [x, w, b], g),
+        "eager torch: F.gelu tanh": lambda: torch.autograd.grad(F.gelu(x, approximate="tanh"), [x], g),
         "autograd, a Function doing nothing": lambda: torch.autograd.grad(NoOpFunction.apply(x), [x], g),
         "empty_like x4": lambda: [torch.empty_like(xd) for _ in range(4)],
     }
@@ -648,12 +704,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     ap.add_argument("--budget-s", type=float, default=math.inf, help="stop starting new cases after this")
     ap.add_argument("--host-rounds", type=int, default=7, help="rounds of the host-time breakdown")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each case's impls this many times, interleaved; report the median and range")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels_bench: needs a CUDA device", file=sys.stderr)
         return 2
     t_start = time.perf_counter()
-    report = {"env": environment(), "copy": copy_bandwidth(), "cases": []}
+    from gputune_kernels import _native
+
+    native = _native.wait(timeout=600)  # the C++ nodes, built once (then cached) before timing
+    print(f"C++ autograd nodes: {native} ({time.perf_counter() - t_start:.0f} s)", flush=True)
+    report = {"env": environment(), "native": native, "copy": copy_bandwidth(), "cases": []}
     report["overhead_us"] = launch_overhead()
     try:  # diagnostics only: a failure here must not cost the run its cases
         report["host_breakdown_us"] = host_breakdown(rounds=args.host_rounds)
@@ -672,7 +734,7 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         try:
-            report["cases"].append(run_case(case, args.rep_ms, not args.no_compile))
+            report["cases"].append(run_case(case, args.rep_ms, not args.no_compile, args.rounds))
         except Exception as exc:  # record it and go on to the next case
             report["cases"].append({"name": case.name, "target": case.target, "correct": False,
                                     "error": f"{type(exc).__name__}: {exc}"[:500]})

@@ -73,6 +73,19 @@ def add(part: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None)
     )
 
 
+def compiled(dtype: torch.dtype, n_parts: int, n_cols: int, two: bool):
+    """The kernel compiled for gradients of `dtype`, for a C++ node (_native.compiled); None
+    when the sums are set to be torch's (MODE), which the nodes do not do."""
+    from gputune_kernels import _native
+
+    if MODE != "kernel":
+        return None
+    return _native.compiled(
+        _sum_partials_kernel, "pppii", torch.float32, dtype, dtype, n_parts, n_cols, TWO=two,
+        BLOCK_PARTS=BLOCK_PARTS, BLOCK_COLS=BLOCK_COLS,
+    )
+
+
 def _column_sums(part: torch.Tensor, out: torch.Tensor) -> None:
     if out.dtype == torch.float32:
         torch.sum(part, 0, out=out)

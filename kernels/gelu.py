@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from gputune_kernels import _common, _launch
+from gputune_kernels import _common, _launch, _native
 
 _BLOCK = 4096
 
@@ -77,7 +77,27 @@ _gelu_op.register_autograd(_backward, setup_context=_setup_context)
 _GeluFunction = _common.eager_function("_GeluFunction", _gelu_impl, _setup_context, _backward)
 
 
+# The C++ node's kernels per (device, dtype, size class): a list, or None where it cannot run them.
+_NATIVE_KERNELS: dict = {}
+
+
+def _native_kernels(x: torch.Tensor, n: int):
+    key = (x.device.index, x.dtype, _native.int_class(n))
+    if key not in _NATIVE_KERNELS:
+        _NATIVE_KERNELS[key] = _native.kernel_list(
+            _native.compiled(_gelu_fwd_kernel, "ppi", x.dtype, x.dtype, n, BLOCK=_BLOCK, num_warps=8),
+            _native.compiled(_gelu_bwd_kernel, "pppi", x.dtype, x.dtype, x.dtype, n, BLOCK=_BLOCK, num_warps=8),
+            _BLOCK,
+        )
+    return _NATIVE_KERNELS[key]
+
+
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU with the tanh approximation (torch's gelu(approximate='tanh'))."""
     _common.check_float("gelu_tanh", "x", x)
+    n = x.numel()
+    if 1 < n < 2**31 and _native.applies(x):
+        kernels = _native_kernels(x, n)
+        if kernels is not None:
+            return _native.extension().gelu_tanh(x, kernels, _native.stream(x))
     return _common.call(_gelu_op, _GeluFunction, _gelu_impl, x)

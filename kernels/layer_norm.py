@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from gputune_kernels import _common, _launch, _partial_sums
+from gputune_kernels import _common, _launch, _native, _partial_sums
 
 
 @triton.jit
@@ -156,4 +156,36 @@ def layer_norm(
     if bias is not None:
         _common.check_norm_weight("layer_norm", "bias", bias, x)
     _common.check_row_len("layer_norm", x.shape[-1])
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    if (
+        rows > 1 and n_cols > 1 and x.numel() < 2**31
+        and (bias is None or bias.dtype == weight.dtype)  # else the Python path casts dbias
+        and _native.applies(x, weight, *(() if bias is None else (bias,)))
+    ):
+        kernels = _native_kernels(x, weight, bias is not None, rows, n_cols)
+        if kernels is not None:
+            return _native.extension().layer_norm(x, weight, bias, float(eps), kernels, _native.stream(x))
     return _common.call(_layer_norm_op, _LayerNormFunction, _layer_norm_impl, x, weight, bias, float(eps))[0]
+
+
+# The C++ node's kernels per (device, dtypes, bias, row length, row-count class): a list, or
+# None where it cannot run them.
+_NATIVE_KERNELS: dict = {}
+
+
+def _native_kernels(x: torch.Tensor, weight: torch.Tensor, has_bias: bool, rows: int, n_cols: int):
+    key = (x.device.index, x.dtype, weight.dtype, has_bias, n_cols, _native.int_class(rows), _partial_sums.MODE)
+    if key not in _NATIVE_KERNELS:
+        block, warps = _common.row_params(n_cols)
+        programs = _common.program_count(x.device)
+        rows = 16 if _native.int_class(rows) else 17  # a row count of the same class
+        f32, w = torch.float32, weight.dtype
+        _NATIVE_KERNELS[key] = _native.kernel_list(
+            _native.compiled(_layer_norm_fwd_kernel, "pppppiif", x.dtype, w, w, x.dtype, f32, rows, n_cols, 1e-5,
+                             HAS_BIAS=has_bias, BLOCK=block, num_warps=warps),
+            _native.compiled(_layer_norm_bwd_kernel, "ppppppiii", x.dtype, x.dtype, w, f32, x.dtype, f32,
+                             rows, n_cols, programs, HAS_BIAS=has_bias, BLOCK=block, num_warps=warps),
+            _partial_sums.compiled(w, programs, n_cols, two=has_bias),
+            programs, _partial_sums.BLOCK_COLS,
+        )
+    return _NATIVE_KERNELS[key]

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from gputune_kernels import _common, _launch, _partial_sums
+from gputune_kernels import _common, _launch, _native, _partial_sums
 
 
 @triton.jit
@@ -121,4 +121,32 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float = 1e-6)
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     _common.check_norm_weight("rms_norm", "weight", weight, x)
     _common.check_row_len("rms_norm", x.shape[-1])
+    rows, n_cols = _common.row_count(x), x.shape[-1]
+    if rows > 1 and n_cols > 1 and x.numel() < 2**31 and _native.applies(x, weight):
+        kernels = _native_kernels(x, weight, rows, n_cols)
+        if kernels is not None:
+            return _native.extension().rms_norm(x, weight, float(eps), kernels, _native.stream(x))
     return _common.call(_rms_norm_op, _RMSNormFunction, _rms_norm_impl, x, weight, float(eps))[0]
+
+
+# The C++ node's kernels per (device, dtypes, row length, row-count class): a list, or None
+# where it cannot run them.
+_NATIVE_KERNELS: dict = {}
+
+
+def _native_kernels(x: torch.Tensor, weight: torch.Tensor, rows: int, n_cols: int):
+    key = (x.device.index, x.dtype, weight.dtype, n_cols, _native.int_class(rows), _partial_sums.MODE)
+    if key not in _NATIVE_KERNELS:
+        block, warps = _common.row_params(n_cols)
+        programs = _common.program_count(x.device)
+        rows = 16 if _native.int_class(rows) else 17  # a row count of the same class
+        f32 = torch.float32
+        _NATIVE_KERNELS[key] = _native.kernel_list(
+            _native.compiled(_rms_norm_fwd_kernel, "ppppif", x.dtype, weight.dtype, x.dtype, f32, n_cols, 1e-6,
+                             BLOCK=block, num_warps=warps),
+            _native.compiled(_rms_norm_bwd_kernel, "ppppppiii", x.dtype, x.dtype, weight.dtype, f32, x.dtype, f32,
+                             rows, n_cols, programs, BLOCK=block, num_warps=warps),
+            _partial_sums.compiled(weight.dtype, programs, n_cols, two=False),
+            programs, _partial_sums.BLOCK_COLS,
+        )
+    return _NATIVE_KERNELS[key]

@@ -27,7 +27,7 @@ def code_files() -> list[tuple[str, Path]]:
         root = _package_dir(package)
         if root is not None:
             files += [(f"{package}/{p.relative_to(root).as_posix()}", p)
-                      for p in root.rglob("*.py")]
+                      for p in root.rglob("*") if p.suffix in (".py", ".cpp")]  # .cpp: the C++ nodes
     engine = _package_dir("tuner_tui.engine")
     if engine is not None:
         files += [(f"tuner_tui.engine/{name}", engine / name) for name in ENGINE_FILES]

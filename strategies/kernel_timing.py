@@ -263,8 +263,13 @@ def machine_here(device: torch.device) -> dict[str, str]:
 
     gpu = (torch.cuda.get_device_name(device) if device.type == "cuda"
            else f"cpu {platform.processor() or platform.machine()}")
-    return {"gpu": gpu, "driver": str(driver_version()), "torch": str(torch.__version__),
-            "triton": str(triton_version()), "code": code_hash()}
+    machine = {"gpu": gpu, "driver": str(driver_version()), "torch": str(torch.__version__),
+               "triton": str(triton_version()), "code": code_hash()}
+    if device.type == "cuda":  # whether eager calls go through the C++ nodes or Python
+        from gputune_kernels import _native
+
+        machine["native"] = _native.status()
+    return machine
 
 
 def machine_key(machine: dict[str, str]) -> str:

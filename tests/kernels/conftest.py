@@ -24,3 +24,15 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, **k: fill(real_empty(*a, **k)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **k: fill(real_empty_like(*a, **k)))
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_nodes_built():
+    """On a GPU, build the C++ autograd nodes before any test runs, so that every eager call
+    with a gradient takes the node wherever it applies, from the first test on (a build still
+    under way would send the first tests' calls the Python way)."""
+    if torch.cuda.is_available():
+        from gputune_kernels import _native
+
+        _native.wait(timeout=900)
+    yield

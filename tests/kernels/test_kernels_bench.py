@@ -23,22 +23,26 @@ def kernels_bench():
 
 
 def test_the_host_breakdown_times_every_part(kernels_bench):
-    from gputune_kernels import _launch, _partial_sums
+    from gputune_kernels import _launch, _native, _partial_sums
 
     parts = kernels_bench.host_breakdown(device="cpu", calls=1, rounds=2)
     assert set(parts) == {
         "three launches", "three launches, Triton's usual launch", "one launch: the partial sums",
         "one torch op: add_", "the partial sums in torch, into bf16 (sum, copy)",
         "fwd + bwd implementations, no autograd", "through the API and autograd",
-        "the API, Triton's usual launch", "the API, partial sums in torch",
+        "the API, Python Function", "the API, Python Function, Triton's usual launch",
+        "the API, Python Function, partial sums in torch",
         "LayerNorm: fwd + bwd implementations, no autograd", "LayerNorm: through the API and autograd",
-        "LayerNorm: the API, Triton's usual launch", "LayerNorm: the API, partial sums in torch",
-        "GELU: through the API and autograd", "GELU: the API, Triton's usual launch",
+        "LayerNorm: the API, Python Function", "LayerNorm: the API, Python Function, Triton's usual launch",
+        "LayerNorm: the API, Python Function, partial sums in torch",
+        "GELU: through the API and autograd", "GELU: the API, Python Function",
+        "GELU: the API, Python Function, Triton's usual launch",
+        "eager torch: F.layer_norm", "eager torch: F.gelu tanh",
         "autograd, a Function doing nothing", "empty_like x4",
     }
     assert all(len(us) == 2 and min(us) > 0 for us in parts.values()), parts
     # the A/B parts put the defaults back
-    assert _launch._ENABLED and _partial_sums.MODE == "kernel"
+    assert _launch._ENABLED and _partial_sums.MODE == "kernel" and _native.ENABLED
 
 
 def test_median(kernels_bench):

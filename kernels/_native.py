@@ -1,0 +1,158 @@
+"""C++ autograd nodes for the eager calls of the small ops, built on first use.
+
+A Python autograd.Function costs the host more per forward and backward than the GPU spends
+on layer_norm, rms_norm or gelu_tanh at training sizes (docs/kernels.md, "Host overhead"):
+the Function's machinery, a Python backward on autograd's device thread, Python launches. The
+nodes in `_native.cpp` do the same work in C++: ATen allocations, and the compiled Triton
+kernels launched through the driver. They run only where they match the Python path exactly:
+eager, CUDA, contiguous 16-byte aligned inputs, more than one row and column, 32-bit sizes,
+a gradient to track. Everything else goes the Python way, which stays the reference.
+
+The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
+source and torch version, then cached) in a background thread started by the first call that
+could use it; calls take the Python path until it is ready. `wait()` blocks until the build
+ends and says how it went. GPUTUNE_NATIVE=0 turns the nodes off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from gputune_kernels import _common
+
+ENABLED = os.environ.get("GPUTUNE_NATIVE", "1") != "0"
+
+_SOURCE = Path(__file__).with_name("_native.cpp")
+_extension = None  # the built module, once ready
+_status = "off (GPUTUNE_NATIVE=0)" if not ENABLED else "not built"
+_build_thread: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def status() -> str:
+    """'ready', 'building', 'not built', 'off (...)' or 'unavailable: why'."""
+    return _status
+
+
+def extension():
+    """The built extension, or None; the first call (on a machine with CUDA) starts the build."""
+    if _extension is None and _build_thread is None and ENABLED:
+        _start_build()
+    return _extension
+
+
+def wait(timeout: float | None = None) -> str:
+    """Start the build if need be, wait for it to end, and return the status."""
+    extension()
+    thread = _build_thread
+    if thread is not None:
+        thread.join(timeout)
+    return _status
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn the nodes on or off in this process (the benchmark times both)."""
+    global ENABLED, _status
+    ENABLED = enabled
+    if not enabled:
+        _status = "off (set_enabled(False))"
+    elif _status.startswith("off"):
+        _status = "ready" if _extension is not None else "not built"
+
+
+def _start_build() -> None:
+    global _build_thread, _status
+    with _lock:
+        if _build_thread is not None:
+            return
+        _status = "building"
+        _build_thread = threading.Thread(target=_build, name="gputune-native-build", daemon=True)
+        _build_thread.start()
+
+
+def _build() -> None:
+    global _extension, _status
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        source = _SOURCE.read_text()
+        digest = hashlib.sha1((source + torch.__version__).encode()).hexdigest()[:12]
+        module = load_inline(
+            name=f"gputune_native_{digest}", cpp_sources=[source], extra_cflags=["-O2"],
+            extra_ldflags=["-ldl"], verbose=False,
+        )
+        if not module.find_driver():
+            _status = "unavailable: no libcuda.so.1 with the launch and context functions"
+            return
+        _extension = module
+        _status = "ready" if ENABLED else _status
+    except Exception as exc:  # no compiler, no ninja, a build error: the Python path stays
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        _status = f"unavailable: {type(exc).__name__}: {first}"[:300]
+
+
+def applies(*tensors: torch.Tensor) -> bool:
+    """True when a node can take these (the op's tensor arguments): the extension is ready,
+    the call is eager and tracks a gradient, and every tensor is a contiguous, 16-byte aligned
+    CUDA tensor."""
+    if _extension is None or not ENABLED:
+        if _extension is None and _build_thread is None and ENABLED and tensors[0].is_cuda:
+            _start_build()
+        return False
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+        return False
+    if not _common.fast_path(tensors):  # first: a traced (fake) tensor has no data_ptr
+        return False
+    for t in tensors:
+        if not t.is_cuda or not t.is_contiguous() or t.data_ptr() % 16:
+            return False
+    return True
+
+
+def stream(t: torch.Tensor) -> int:
+    """The current CUDA stream of t's device, as a raw handle."""
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
+
+
+def int_class(n: int) -> int:
+    """How Triton specializes an int of a kernel (16: a multiple of 16, else 0); callers send
+    1 and sizes past 32 bits the Python way."""
+    return 16 if n % 16 == 0 else 0
+
+
+def compiled(kernel, kinds: str, *args, **kwargs) -> tuple[int, int, int] | None:
+    """(CUfunction, warps, shared memory) of `kernel` compiled for these arguments (dtypes for
+    tensors, as Triton's warmup takes them), or None where it is not what the node passes:
+    `kinds` lists its parameters, p a pointer, i an int32, f a float32."""
+    k = kernel.warmup(*args, grid=(1,), **kwargs)
+    k._init_handles()
+    meta = k.metadata
+    if (
+        getattr(meta, "num_ctas", 1) != 1
+        or getattr(meta, "global_scratch_size", 0)
+        or getattr(meta, "profile_scratch_size", 0)
+        or getattr(meta, "launch_cooperative_grid", False)
+        or getattr(meta, "launch_pdl", False)
+    ):
+        return None
+    types = [t for t in k.src.signature.values() if t != "constexpr"]
+    found = "".join("p" if t.startswith("*") else {"i32": "i", "fp32": "f"}.get(t, "?") for t in types)
+    if found != kinds:
+        return None
+    return (int(k.function), int(meta.num_warps), int(meta.shared))
+
+
+def kernel_list(*parts) -> list[int] | None:
+    """The flat list a node takes: each kernel's three ints, then the sizes; None if a kernel
+    cannot be launched by the node."""
+    out: list[int] = []
+    for part in parts:
+        if part is None:
+            return None
+        out.extend(part if isinstance(part, tuple) else (part,))
+    return out

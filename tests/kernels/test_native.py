@@ -1,0 +1,168 @@
+"""The C++ autograd nodes (_native): same results as the Python path, taken only where they apply.
+
+On the GPU the nodes run the very kernels the Python path runs, on the same inputs, so their
+outputs and gradients must be bitwise equal to it (and close to a float64 reference). Where a
+node does not apply (a CPU tensor, a non-contiguous or unaligned input, one row, no gradient)
+the Python path runs, and its own tests check it.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gputune_kernels
+from gputune_kernels import _native
+from kernel_testing import assert_close, leaf, ref_leaf
+
+
+def test_a_cpu_call_takes_the_python_path_and_starts_no_build():
+    x = torch.randn(4, 8, requires_grad=True)
+    assert not _native.applies(x)
+    if not torch.cuda.is_available():  # (on a GPU machine the session has built it)
+        assert _native.status() == "not built" and _native._build_thread is None
+
+
+def test_gputune_native_0_turns_the_nodes_off():
+    code = "from gputune_kernels import _native; print(_native.status()); print(_native.wait())"
+    env = dict(os.environ, GPUTUNE_NATIVE="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["off (GPUTUNE_NATIVE=0)"] * 2
+
+
+# ---- on the GPU ---------------------------------------------------------------------------
+
+OPS = {
+    # name: (our call, float64 reference, makes the inputs: {name: tensor})
+    "gelu_tanh": (
+        lambda x: gputune_kernels.gelu_tanh(x),
+        lambda x: F.gelu(x, approximate="tanh"),
+        lambda shape, dtype: {"x": torch.randn(shape, device="cuda").mul(3).to(dtype)},
+    ),
+    "rms_norm": (
+        lambda x, w: gputune_kernels.rms_norm(x, w),
+        lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+        lambda shape, dtype: {"x": torch.randn(shape, device="cuda").to(dtype),
+                              "w": torch.randn(shape[-1], device="cuda").to(dtype)},
+    ),
+    "layer_norm": (
+        lambda x, w, b: gputune_kernels.layer_norm(x, w, b),
+        lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+        lambda shape, dtype: {"x": torch.randn(shape, device="cuda").to(dtype),
+                              "w": torch.randn(shape[-1], device="cuda").to(dtype),
+                              "b": torch.randn(shape[-1], device="cuda").to(dtype)},
+    ),
+    "layer_norm, no bias": (
+        lambda x, w: gputune_kernels.layer_norm(x, w),
+        lambda x, w: F.layer_norm(x, (x.shape[-1],), w, None, 1e-5),
+        lambda shape, dtype: {"x": torch.randn(shape, device="cuda").to(dtype),
+                              "w": torch.randn(shape[-1], device="cuda").to(dtype)},
+    ),
+}
+
+
+@pytest.fixture
+def native():
+    status = _native.wait(timeout=900)
+    assert status == "ready", status  # the GPU machines have a C++ compiler and ninja
+    _native.set_enabled(True)
+    yield
+    _native.set_enabled(True)
+
+
+def _poison_cuda_cache():
+    """Leave NaN in the blocks the caching allocator holds free, so that an output element a
+    node (which allocates with ATen, not torch.empty) fails to write stays NaN."""
+    blocks = [torch.full((n,), float("nan"), device="cuda") for n in [2**18] * 16 + [2**26] * 4]
+    del blocks
+
+
+def _run(name, inputs, python: bool, grad=None):
+    ours = OPS[name][0]
+    leaves = {k: leaf(v) for k, v in inputs.items()}
+    _native.set_enabled(not python)
+    try:
+        _poison_cuda_cache()
+        y = ours(*leaves.values())
+        g = torch.randn_like(y) if grad is None else grad
+        y.backward(g)
+    finally:
+        _native.set_enabled(True)
+    node = y.grad_fn.name()
+    return y, {k: v.grad for k, v in leaves.items()}, g, node
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(5, 123), (37, 781), (4, 6, 4096), (16, 768)])
+@pytest.mark.parametrize("name", list(OPS))
+def test_a_node_gives_the_python_paths_results_bit_for_bit(native, name, shape, dtype):
+    torch.manual_seed(0)
+    inputs = OPS[name][2](shape, dtype)
+    y, grads, g, node = _run(name, inputs, python=False)
+    assert "Node" in node, f"{name} did not take the C++ node: {node}"
+    y_py, grads_py, _, node_py = _run(name, inputs, python=True, grad=g)
+    assert "Node" not in node_py
+    assert torch.equal(y, y_py), f"{name} output differs from the Python path"
+    for k in grads:
+        assert torch.equal(grads[k], grads_py[k]), f"{name} grad {k} differs from the Python path"
+    # and both against float64
+    refs = {k: ref_leaf(v) for k, v in inputs.items()}
+    yr = OPS[name][1](*refs.values())
+    yr.backward(g.to(torch.float64))
+    assert_close(y, yr, dtype, f"{name} output")
+    for k in grads:
+        scale = 1.0 if k == "x" else 4.0  # sums over rows
+        assert_close(grads[k], refs[k].grad, dtype, f"{name} grad {k}", scale=scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(OPS))
+def test_a_node_takes_an_expanded_gradient_and_runs_on_the_callers_stream(native, name):
+    torch.manual_seed(0)
+    inputs = OPS[name][2]((64, 1000), torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        leaves = {k: leaf(v) for k, v in inputs.items()}
+        y = OPS[name][0](*leaves.values())
+        assert "Node" in y.grad_fn.name()
+        y.sum().backward()  # the gradient arrives expanded, stride 0
+    torch.cuda.current_stream().wait_stream(side)
+    refs = {k: ref_leaf(v) for k, v in inputs.items()}
+    OPS[name][1](*refs.values()).sum().backward()
+    for k, v in leaves.items():
+        assert_close(v.grad, refs[k].grad, torch.bfloat16, f"{name} grad {k}", scale=1.0 if k == "x" else 4.0)
+
+
+@pytest.mark.gpu
+def test_the_python_path_runs_where_a_node_does_not_apply(native):
+    w = torch.randn(64, device="cuda", requires_grad=True)
+    base = leaf(torch.randn(8 * 64 + 1, device="cuda"))
+    cases = {
+        "non-contiguous": leaf(torch.randn(64, 8, device="cuda")).t(),
+        "unaligned": base[1:].view(8, 64),  # 4 bytes in
+        "one row": leaf(torch.randn(1, 64, device="cuda")),
+    }
+    for what, x in cases.items():
+        y = gputune_kernels.rms_norm(x, w)
+        assert "Node" not in y.grad_fn.name(), what
+        y.sum().backward()  # and the Python path's backward runs
+    x = torch.randn(8, 64, device="cuda")  # no gradient to track: the implementation alone
+    assert gputune_kernels.rms_norm(x, w.detach()).grad_fn is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, shape", [("layer_norm", (8192, 4096)), ("rms_norm", (8192, 4096)),
+                                         ("gelu_tanh", (8192, 11008))])
+def test_a_node_at_real_sizes(native, name, shape):
+    torch.manual_seed(0)
+    inputs = OPS[name][2](shape, torch.bfloat16)
+    y, grads, g, node = _run(name, inputs, python=False)
+    y_py, grads_py, _, _ = _run(name, inputs, python=True, grad=g)
+    assert "Node" in node
+    assert torch.equal(y, y_py) and all(torch.equal(grads[k], grads_py[k]) for k in grads)
