@@ -75,9 +75,12 @@ def main() -> int:
     if args.fresh:
         os.environ["GPUTUNE_HOME"] = tempfile.mkdtemp(prefix="gputune-timings-")
     path = kernel_timing.default_path()
+    from gputune_kernels import _native
+
+    _native.wait(timeout=600)  # as the strategy does before it times: the machine key says so
     machine = kernel_timing.machine_here(torch.device("cuda"))
     print(f"{machine['gpu']}, driver {machine['driver']}, torch {machine['torch']}, "
-          f"triton {machine['triton']}, code {machine['code']}; cache {path}")
+          f"triton {machine['triton']}, code {machine['code']}, C++ nodes {machine['native']}; cache {path}")
     rows = []
     for workload in args.workloads.split(","):
         for precision in args.precisions.split(","):

@@ -355,6 +355,7 @@ def build_cases() -> list[Case]:
                       "b": _randn(8192, 11008, dtype=torch.bfloat16, grad=True)},
         eager=lambda a, b: F.silu(a) * b, ours=lambda a, b: gputune_kernels.swiglu(a, b), grad_inputs=("a", "b"),
         bytes_moved=8 * 8192 * 11008 * 2, target="<= 0.45 ms",
+        variants=_python_variants(lambda a, b: gputune_kernels.swiglu(a, b), norm=False),
     ))
     for n, h in ((8192, 11008), (16384, 3072), (8192, 2048)):  # the issue's, GPT-2's MLP, a Llama's
         cases.append(Case(

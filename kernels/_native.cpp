@@ -1,4 +1,4 @@
-// Autograd nodes in C++ for the eager calls of layer_norm, rms_norm and gelu_tanh.
+// Autograd nodes in C++ for the eager calls of layer_norm, rms_norm, gelu_tanh and swiglu.
 //
 // Through a Python autograd.Function a small op's forward and backward cost the host more than
 // the GPU spends on them (docs/kernels.md, "Host overhead"): the Function's own machinery, the
@@ -168,6 +168,37 @@ struct GeluNode : public torch::autograd::Function<GeluNode> {
   }
 };
 
+// swiglu. kernels: forward(a, b, y, n), backward(dy, a, b, da, db, n); then the block size.
+struct SwigluNode : public torch::autograd::Function<SwigluNode> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
+                            std::vector<int64_t> kernels, int64_t stream) {
+    ensure_context(a);
+    at::Tensor y = at::empty_like(a);
+    int64_t n = a.numel();
+    Params p;
+    launch(kernel_at(kernels, 0), cdiv(n, kernels.at(6)), stream, p.ptr(a).ptr(b).ptr(y).i32(n));
+    ctx->save_for_backward({a, b});
+    save_launch_state(ctx, kernels, stream);
+    return y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    ensure_context(grads[0]);
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
+    std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
+    int64_t stream = ctx->saved_data["stream"].toInt();
+    at::Tensor dy = aligned_contiguous(grads[0]);
+    at::Tensor da = at::empty_like(a);
+    at::Tensor db = at::empty_like(b);
+    int64_t n = a.numel();
+    Params p;
+    launch(kernel_at(kernels, 1), cdiv(n, kernels.at(6)), stream,
+           p.ptr(dy).ptr(a).ptr(b).ptr(da).ptr(db).i32(n));
+    return {da, db, at::Tensor(), at::Tensor()};
+  }
+};
+
 // rms_norm. kernels: forward(x, w, y, rstd, n_cols, eps), backward(dy, x, w, rstd, dx, part,
 // n_rows, n_cols, n_programs), partial sums(part, dw, dw, n_parts, n_cols); then the backward's
 // programs and the partial sums' columns per program.
@@ -254,6 +285,10 @@ at::Tensor gelu_tanh(const at::Tensor& x, std::vector<int64_t> kernels, int64_t 
   return GeluNode::apply(x, std::move(kernels), stream);
 }
 
+at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b, std::vector<int64_t> kernels, int64_t stream) {
+  return SwigluNode::apply(a, b, std::move(kernels), stream);
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, std::vector<int64_t> kernels,
                     int64_t stream) {
   return RMSNormNode::apply(x, w, eps, std::move(kernels), stream);
@@ -269,6 +304,7 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const c10::optio
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("find_driver", &find_driver, "Find cuLaunchKernel in libcuda; False where there is none.");
   m.def("gelu_tanh", &gelu_tanh);
+  m.def("swiglu", &swiglu);
   m.def("rms_norm", &rms_norm);
   m.def("layer_norm", &layer_norm);
 }

@@ -1,7 +1,7 @@
 """C++ autograd nodes for the eager calls of the small ops, built on first use.
 
 A Python autograd.Function costs the host more per forward and backward than the GPU spends
-on layer_norm, rms_norm or gelu_tanh at training sizes (docs/kernels.md, "Host overhead"):
+on layer_norm, rms_norm, gelu_tanh or swiglu at training sizes (docs/kernels.md, "Host overhead"):
 the Function's machinery, a Python backward on autograd's device thread, Python launches. The
 nodes in `_native.cpp` do the same work in C++: ATen allocations, and the compiled Triton
 kernels launched through the driver. They run only where they match the Python path exactly:

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from gputune_kernels import _common, _launch
+from gputune_kernels import _common, _launch, _native
 
 _BLOCK = 4096
 
@@ -89,4 +89,25 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"swiglu: a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.dtype != b.dtype:
         raise TypeError(f"swiglu: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
+    n = a.numel()
+    if 1 < n < 2**31 and _native.applies(a, b):
+        kernels = _native_kernels(a, n)
+        if kernels is not None:
+            return _native.extension().swiglu(a, b, kernels, _native.stream(a))
     return _common.call(_swiglu_op, _SwigluFunction, _swiglu_impl, a, b)
+
+
+# The C++ node's kernels per (device, dtype, size class): a list, or None where it cannot run them.
+_NATIVE_KERNELS: dict = {}
+
+
+def _native_kernels(a: torch.Tensor, n: int):
+    key = (a.device.index, a.dtype, _native.int_class(n))
+    if key not in _NATIVE_KERNELS:
+        t = a.dtype
+        _NATIVE_KERNELS[key] = _native.kernel_list(
+            _native.compiled(_swiglu_fwd_kernel, "pppi", t, t, t, n, BLOCK=_BLOCK, num_warps=8),
+            _native.compiled(_swiglu_bwd_kernel, "pppppi", t, t, t, t, t, n, BLOCK=_BLOCK, num_warps=8),
+            _BLOCK,
+        )
+    return _NATIVE_KERNELS[key]

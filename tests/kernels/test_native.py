@@ -43,6 +43,12 @@ OPS = {
         lambda x: F.gelu(x, approximate="tanh"),
         lambda shape, dtype: {"x": torch.randn(shape, device="cuda").mul(3).to(dtype)},
     ),
+    "swiglu": (
+        lambda a, b: gputune_kernels.swiglu(a, b),
+        lambda a, b: F.silu(a) * b,
+        lambda shape, dtype: {"a": torch.randn(shape, device="cuda").mul(3).to(dtype),
+                              "b": torch.randn(shape, device="cuda").to(dtype)},
+    ),
     "rms_norm": (
         lambda x, w: gputune_kernels.rms_norm(x, w),
         lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
@@ -116,7 +122,7 @@ def test_a_node_gives_the_python_paths_results_bit_for_bit(native, name, shape, 
     yr.backward(g.to(torch.float64))
     assert_close(y, yr, dtype, f"{name} output")
     for k in grads:
-        scale = 1.0 if k == "x" else 4.0  # sums over rows
+        scale = 4.0 if k in ("w", "b") and name != "swiglu" else 1.0  # sums over rows
         assert_close(grads[k], refs[k].grad, dtype, f"{name} grad {k}", scale=scale)
 
 
@@ -136,7 +142,8 @@ def test_a_node_takes_an_expanded_gradient_and_runs_on_the_callers_stream(native
     refs = {k: ref_leaf(v) for k, v in inputs.items()}
     OPS[name][1](*refs.values()).sum().backward()
     for k, v in leaves.items():
-        assert_close(v.grad, refs[k].grad, torch.bfloat16, f"{name} grad {k}", scale=1.0 if k == "x" else 4.0)
+        scale = 4.0 if k in ("w", "b") and name != "swiglu" else 1.0  # sums over rows
+        assert_close(v.grad, refs[k].grad, torch.bfloat16, f"{name} grad {k}", scale=scale)
 
 
 @pytest.mark.gpu
@@ -158,7 +165,7 @@ def test_the_python_path_runs_where_a_node_does_not_apply(native):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, shape", [("layer_norm", (8192, 4096)), ("rms_norm", (8192, 4096)),
-                                         ("gelu_tanh", (8192, 11008))])
+                                         ("gelu_tanh", (8192, 11008)), ("swiglu", (8192, 11008))])
 def test_a_node_at_real_sizes(native, name, shape):
     torch.manual_seed(0)
     inputs = OPS[name][2](shape, torch.bfloat16)
