@@ -10,7 +10,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch
+# One thread per process: the suite runs two tests at a time (pytest-xdist, `-n 2` in
+# pyproject.toml, sized for the 2-core CI machine), and each test's workers beside the other's
+# would oversubscribe the cores with torch's default of a thread per core. Set before torch is
+# imported, here and (inherited) in every subprocess.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
 
 # Subprocesses of the tests (the CLI, its workers) import this checkout as pytest does, with
 # pythonpath/ giving kernels/ its installed name, gputune_kernels, where gputune is not installed.
