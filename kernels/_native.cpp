@@ -199,6 +199,29 @@ struct SwigluNode : public torch::autograd::Function<SwigluNode> {
   }
 };
 
+// The backward of both norms, whose kernels take the same parameters: the saved x, weight and
+// statistics (LayerNorm's mean and 1/std, RMSNorm's 1/std), then dx and dweight (and dbias) from
+// the persistent grid's partial sums. Returns dx, dw and db (undefined without a bias).
+tensor_list norm_backward(AutogradContext* ctx, const at::Tensor& grad, bool has_bias) {
+  auto saved = ctx->get_saved_variables();
+  const at::Tensor &x = saved[0], &w = saved[1], &stats = saved[2];
+  std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
+  int64_t stream = ctx->saved_data["stream"].toInt();
+  int64_t rows = rows_of(x), cols = x.size(-1), programs = kernels.at(9);
+  at::Tensor dy = aligned_contiguous(grad);
+  at::Tensor dx = at::empty_like(x);
+  at::Tensor dw = at::empty({cols}, w.options());
+  at::Tensor db = has_bias ? at::empty({cols}, w.options()) : at::Tensor();
+  // Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
+  at::Tensor part = at::empty({has_bias ? 2 : 1, programs, cols}, x.options().dtype(at::kFloat));
+  Params p, q;
+  launch(kernel_at(kernels, 1), programs, stream,
+         p.ptr(dy).ptr(x).ptr(w).ptr(stats).ptr(dx).ptr(part).i32(rows).i32(cols).i32(programs));
+  launch(kernel_at(kernels, 2), cdiv(cols, kernels.at(10)), stream,
+         q.ptr(part).ptr(dw).ptr(has_bias ? db : dw).i32(programs).i32(cols));
+  return {dx, dw, db};
+}
+
 // rms_norm. kernels: forward(x, w, y, rstd, n_cols, eps), backward(dy, x, w, rstd, dx, part,
 // n_rows, n_cols, n_programs), partial sums(part, dw, dw, n_parts, n_cols); then the backward's
 // programs and the partial sums' columns per program.
@@ -218,22 +241,8 @@ struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     ensure_context(grads[0]);
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &w = saved[1], &rstd = saved[2];
-    std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
-    int64_t stream = ctx->saved_data["stream"].toInt();
-    int64_t rows = rows_of(x), cols = x.size(-1), programs = kernels.at(9);
-    at::Tensor dy = aligned_contiguous(grads[0]);
-    at::Tensor dx = at::empty_like(x);
-    at::Tensor dw = at::empty({cols}, w.options());
-    // Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
-    at::Tensor part = at::empty({programs, cols}, x.options().dtype(at::kFloat));
-    Params p, q;
-    launch(kernel_at(kernels, 1), programs, stream,
-           p.ptr(dy).ptr(x).ptr(w).ptr(rstd).ptr(dx).ptr(part).i32(rows).i32(cols).i32(programs));
-    launch(kernel_at(kernels, 2), cdiv(cols, kernels.at(10)), stream,
-           q.ptr(part).ptr(dw).ptr(dw).i32(programs).i32(cols));
-    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
+    tensor_list g = norm_backward(ctx, grads[0], false);  // dx, dw
+    return {g[0], g[1], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -261,23 +270,8 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     ensure_context(grads[0]);
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &w = saved[1], &stats = saved[2];
-    bool has_bias = ctx->saved_data["has_bias"].toBool();
-    std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
-    int64_t stream = ctx->saved_data["stream"].toInt();
-    int64_t rows = rows_of(x), cols = x.size(-1), programs = kernels.at(9);
-    at::Tensor dy = aligned_contiguous(grads[0]);
-    at::Tensor dx = at::empty_like(x);
-    at::Tensor dw = at::empty({cols}, w.options());
-    at::Tensor db = has_bias ? at::empty({cols}, w.options()) : at::Tensor();
-    at::Tensor part = at::empty({has_bias ? 2 : 1, programs, cols}, x.options().dtype(at::kFloat));
-    Params p, q;
-    launch(kernel_at(kernels, 1), programs, stream,
-           p.ptr(dy).ptr(x).ptr(w).ptr(stats).ptr(dx).ptr(part).i32(rows).i32(cols).i32(programs));
-    launch(kernel_at(kernels, 2), cdiv(cols, kernels.at(10)), stream,
-           q.ptr(part).ptr(dw).ptr(has_bias ? db : dw).i32(programs).i32(cols));
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor()};
+    tensor_list g = norm_backward(ctx, grads[0], ctx->saved_data["has_bias"].toBool());  // dx, dw, db
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
