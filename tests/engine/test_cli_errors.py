@@ -318,6 +318,7 @@ def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune,
         ("GPUTUNE_PARTIAL_SUMS", "torhc", ["GPUTUNE_PARTIAL_SUMS is 'torhc'", "kernel, torch"]),
         ("GPUTUNE_LCE_CHUNK_ROWS", "-4", ["GPUTUNE_LCE_CHUNK_ROWS is '-4'", "a positive integer"]),
         ("GPUTUNE_FAST_LAUNCH", "no", ["GPUTUNE_FAST_LAUNCH is 'no'", "1", "0"]),
+        ("GPUTUNE_NATIVE", "of", ["GPUTUNE_NATIVE is 'of'", "1", "0"]),
     ],
 )
 def test_a_bad_kernel_environment_variable_is_refused_up_front(cli, monkeypatch, name, value, words):

@@ -25,4 +25,7 @@ def problems(environ=os.environ) -> list[str]:
     launch = environ.get("GPUTUNE_FAST_LAUNCH")
     if launch is not None and launch not in ("0", "1"):
         out.append(f"GPUTUNE_FAST_LAUNCH is {launch!r}; allowed: 1 (direct launch) or 0 (Triton's usual launch)")
+    native = environ.get("GPUTUNE_NATIVE")
+    if native is not None and native not in ("0", "1"):
+        out.append(f"GPUTUNE_NATIVE is {native!r}; allowed: 1 (the C++ autograd nodes) or 0 (the Python path)")
     return out
