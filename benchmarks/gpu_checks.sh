@@ -63,8 +63,8 @@
 # copy them to benchmarks/results/ and quote them in the docs.
 set -uo pipefail
 case "${1:-}" in
-  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native) ;;
-  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native" >&2; exit 2 ;;
+  engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native|native-tests|native-host) ;;
+  *) echo "usage: bash benchmarks/gpu_checks.sh engine|tune|faults|llama|hf|hf-bench|hf-tune|hf-swiglu|kernels|kernels-e2e|lce|fit-recipe|fit-recipe-lean|fit-probe|fit-graphs|fit-levers|fit-24|fit-llama|fit-free|trust|gradients|why|why-screenshot|fit-screenshot|two-tune|kernel-decisions|native|native-tests|native-host" >&2; exit 2 ;;
 esac
 . benchmarks/gpu_env.sh
 # Each gputune command ends (SIGTERM) 20 s before the device call's limit (CALL_LIMIT_S, from
@@ -232,6 +232,16 @@ PY
       | grep -E "FAILED|ERROR|Fatal|passed|failed" | tail -15
     python3 benchmarks/kernels_bench.py --json "$OUT/kernels-h200.json" --only "${KERNELS_ONLY:-LayerNorm,RMSNorm,GELU}" \
       --host-rounds "${HOST_ROUNDS:-5}" --rounds "${ROUNDS:-5}" 2>&1 | tee "$OUT/kernels.log" | tail -60 ;;
+  native-tests)
+    # Issue 17: every GPU kernel test (the nodes bit for bit against the Python path, the C++
+    # entry's checks, the other kernels' tests through the nodes wherever they apply).
+    python3 -m pytest -m gpu -v tests/kernels 2>&1 | tee "$OUT/gpu-kernel-tests.log" \
+      | grep -E "FAILED|ERROR|Fatal|passed|failed" | tail -15 ;;
+  native-host)
+    # Issue 17: the host's time per fwd+bwd call of torch eager, the C++ nodes and the Python
+    # Functions, interleaved rounds, with each call's GPU time by graph replay beside it.
+    python3 benchmarks/native_host.py --json "$OUT/native-host.json" --rounds "${ROUNDS:-5}" 2>&1 \
+      | tee "$OUT/native-host.log" | tail -70 ;;
   kernels-e2e)
     # Issue 17: GPT-2 124M in eager mode with the fused kernels beside the same without, twice
     # each, alternating; a fresh home, so that the strategy measures its decisions on this GPU.

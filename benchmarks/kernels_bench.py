@@ -622,11 +622,12 @@ def host_breakdown(device: str = "cuda", calls: int = 200, rounds: int = 7) -> d
 
     def python(fn):  # fn through the Python autograd.Function instead of the C++ node
         def run():
-            before, _native.ENABLED = _native.ENABLED, False
+            before = _native.ENABLED
+            _native.set_enabled(False)
             try:
                 fn()
             finally:
-                _native.ENABLED = before
+                _native.set_enabled(before)
         return run
 
     def usual(fn):  # the Python Function with every launch through Triton's own launch

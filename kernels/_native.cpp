@@ -2,25 +2,50 @@
 //
 // Through a Python autograd.Function a small op's forward and backward cost the host more than
 // the GPU spends on them (docs/kernels.md, "Host overhead"): the Function's own machinery, the
-// backward run in Python on autograd's device thread, the Python launches. These nodes do the
-// same work as the Python implementations with no Python in between: they allocate with ATen
-// and launch the compiled Triton kernels through the driver's cuLaunchKernel, so the backward
-// runs on autograd's device thread like torch's own nodes.
+// backward run in Python on autograd's device thread, the Python launches, the Python checks
+// before them. Here a call is one C++ entry: it checks that the call is one a node takes, finds
+// the compiled kernels and the current stream, allocates with ATen, launches the Triton kernels
+// through the driver's cuLaunchKernel and records a node whose backward runs on autograd's
+// device thread like torch's own nodes. Where the call is not one it takes, the entry returns
+// None and the Python path runs: it raises the errors, and it is the reference.
 //
-// Python (_native.py) compiles each kernel for the call's specialization, checks that its
-// parameters are the ones listed here, and hands over per kernel its CUfunction, warps and
-// shared memory. It calls a node only for contiguous, 16-byte aligned CUDA inputs with more
-// than one row and column (Triton would specialize a 1 away) and 32-bit element counts, so the
-// parameters below are those of every such specialization.
+// Python (_native.py) compiles each kernel for a specialization, checks that its parameters are
+// the ones listed here, and registers per kernel its CUfunction, warps and shared memory under
+// the key of the call (`key_of`), with the call's stream. A node takes only contiguous, 16-byte
+// aligned CUDA inputs with more than one row and column (Triton would specialize a 1 away) and
+// 32-bit element counts, so the parameters below are those of every such specialization.
 
 #include <torch/extension.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <dlfcn.h>
 
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
+namespace torch::autograd {
+// Torch before 2.13 frees nodes with it (autograd's graph is shared_ptr there); declared here
+// so that this file builds against both.
+TORCH_API void deleteNode(Node* function);
+}  // namespace torch::autograd
+
 namespace {
+
+namespace py = pybind11;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+using torch::autograd::variable_list;
+
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
@@ -64,18 +89,12 @@ void ensure_context(const at::Tensor& t) {
   TORCH_CHECK(ctx_set_current(ctx) == 0, "gputune native: cuCtxSetCurrent failed");
 }
 
-// A compiled kernel: its CUfunction, threads per program and dynamic shared memory. `kernels`
-// holds three int64 per kernel, in the order each node documents.
+// A compiled kernel: its CUfunction, threads per program and dynamic shared memory.
 struct Kernel {
   void* function;
   unsigned threads;
   unsigned shared;
 };
-
-Kernel kernel_at(const std::vector<int64_t>& kernels, size_t i) {
-  return {reinterpret_cast<void*>(kernels.at(3 * i)), static_cast<unsigned>(32 * kernels.at(3 * i + 1)),
-          static_cast<unsigned>(kernels.at(3 * i + 2))};
-}
 
 // A kernel's parameters as Triton's launcher passes them: pointers, 32-bit ints and floats in
 // order, then its two scratch pointers (null: Python only hands over kernels needing none; a
@@ -132,165 +151,352 @@ at::Tensor aligned_contiguous(const at::Tensor& g) {
   return c;
 }
 
+
+// ---- what a node takes -------------------------------------------------------------------
+
+enum Op : uint64_t { kGelu = 0, kSwiglu = 1, kRMSNorm = 2, kLayerNorm = 3 };
+constexpr size_t kKernels[] = {2, 2, 3, 3};  // compiled kernels per op
+constexpr size_t kExtras[] = {1, 1, 2, 2};   // then: the block size; or programs, partial sums' columns
+
+// The parsed arguments of a call a node can take, and the key of its kernels: the op, device,
+// dtypes, bias, row length and how Triton specializes the count (rows or elements) it is given.
+struct Call {
+  Op op;
+  at::Tensor x, w, b;  // gelu: x; swiglu: a, b as x, w; norms: x, weight, bias (or undefined)
+  double eps = 0;
+  uint64_t key = 0;
+};
+
+// The thread's state lets the raw kernels run: grad mode on, no dispatch mode (fake, proxy,
+// user modes), no functorch transform (vmap, grad).
+bool state_allows() {
+  return at::GradMode::is_enabled() && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
+         !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode);
+}
+
+constexpr c10::DispatchKeySet kWrapped({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                                        c10::DispatchKey::FuncTorchBatched,
+                                        c10::DispatchKey::FuncTorchGradWrapper, c10::DispatchKey::Functionalize,
+                                        c10::DispatchKey::Conjugate, c10::DispatchKey::Negative});
+
+// A plain torch.Tensor or nn.Parameter (no subclass, no wrapper) on CUDA, contiguous, 16-byte
+// aligned, with no forward-mode gradient.
+bool plain_cuda(py::handle h, at::Tensor& out) {
+  if (!THPVariable_CheckExact(h.ptr())) return false;
+  const at::Tensor& t = THPVariable_Unpack(h.ptr());
+  if (!t.is_cuda() || t.key_set().has_any(kWrapped) || !t.is_contiguous()) return false;
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0 || t._fw_grad(0).defined()) return false;
+  out = t;
+  return true;
+}
+
+bool same_place(const at::Tensor& a, const at::Tensor& b) { return a.get_device() == b.get_device(); }
+
+uint64_t key_of(Op op, const at::Tensor& x, at::ScalarType w_dtype, bool has_bias, int64_t cols, int64_t count) {
+  return static_cast<uint64_t>(op) | (static_cast<uint64_t>(x.get_device()) & 0xff) << 4 |
+         static_cast<uint64_t>(x.scalar_type()) << 12 | static_cast<uint64_t>(w_dtype) << 20 |
+         static_cast<uint64_t>(has_bias) << 28 | static_cast<uint64_t>(count % 16 == 0) << 29 |
+         static_cast<uint64_t>(cols) << 32;
+}
+
+// Elementwise: gelu_tanh(x), swiglu(a, b).
+std::optional<Call> parse_elementwise(Op op, py::handle a, py::handle b) {
+  Call c{op};
+  if (!state_allows() || !plain_cuda(a, c.x)) return std::nullopt;
+  if (op == kSwiglu) {
+    if (!plain_cuda(b, c.w) || !same_place(c.x, c.w) || c.w.scalar_type() != c.x.scalar_type() ||
+        !c.w.sizes().equals(c.x.sizes()))
+      return std::nullopt;
+  }
+  int64_t n = c.x.numel();
+  bool grad = c.x.requires_grad() || (c.w.defined() && c.w.requires_grad());
+  if (n <= 1 || n >= (int64_t(1) << 31) || !grad) return std::nullopt;
+  c.key = key_of(op, c.x, c.x.scalar_type(), false, 0, n);
+  return c;
+}
+
+// Norms: rms_norm(x, weight, eps), layer_norm(x, weight, bias or None, eps).
+std::optional<Call> parse_norm(Op op, py::handle x, py::handle w, py::handle b, py::handle eps) {
+  Call c{op};
+  if (!state_allows() || !plain_cuda(x, c.x) || !plain_cuda(w, c.w) || !PyFloat_Check(eps.ptr()))
+    return std::nullopt;
+  c.eps = PyFloat_AS_DOUBLE(eps.ptr());
+  if (c.x.dim() < 1) return std::nullopt;
+  int64_t cols = c.x.size(-1), rows = cols > 0 ? c.x.numel() / cols : 0;
+  auto is_vector_of_row = [&](const at::Tensor& v) { return v.dim() == 1 && v.size(0) == cols && same_place(v, c.x); };
+  if (rows <= 1 || cols <= 1 || c.x.numel() >= (int64_t(1) << 31) || !is_vector_of_row(c.w)) return std::nullopt;
+  bool grad = c.x.requires_grad() || c.w.requires_grad();
+  if (op == kLayerNorm && !b.is_none()) {
+    if (!plain_cuda(b, c.b) || !is_vector_of_row(c.b) || c.b.scalar_type() != c.w.scalar_type()) return std::nullopt;
+    grad = grad || c.b.requires_grad();
+  }
+  if (!grad) return std::nullopt;
+  c.key = key_of(op, c.x, c.w.scalar_type(), c.b.defined(), cols, rows);
+  return c;
+}
+
+// ---- the kernels and streams Python registered -------------------------------------------
+
+struct KernelSet {
+  std::vector<Kernel> kernels;
+  std::vector<int64_t> extras;
+};
+using KernelSetPtr = std::shared_ptr<const KernelSet>;
+
+std::unordered_map<uint64_t, KernelSetPtr> kernel_sets;
+
+struct StreamEntry {
+  int device;
+  int64_t id;
+  int64_t raw;
+};
+std::vector<StreamEntry> streams;  // few: a process uses a handful of streams
+
+// The raw handle of the device's current stream, if Python registered it.
+std::optional<int64_t> current_stream(const at::Tensor& x) {
+  c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(x.device());
+  for (const StreamEntry& e : streams)
+    if (e.id == s.id() && e.device == s.device_index()) return e.raw;
+  return std::nullopt;
+}
+
+// ---- the nodes -------------------------------------------------------------------------
+
+// A node of the autograd graph, however this torch version holds them (shared_ptr before 2.13,
+// intrusive_ptr since).
+template <class T>
+auto make_node() {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, Node>) {
+    return c10::make_intrusive<T>();
+  } else {
+    return std::shared_ptr<T>(new T(), &torch::autograd::deleteNode);
+  }
+}
+
+// What every node keeps: its kernels and the stream its forward ran on (the engine runs the
+// backward on that stream too).
+struct NativeNode : public Node {
+  KernelSetPtr k;
+  int64_t stream = 0;
+};
+
+at::Tensor empty_like_below_autograd(const at::Tensor& t) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return at::empty_like(t);
+}
+
+at::Tensor empty_below_autograd(at::IntArrayRef size, const at::TensorOptions& options) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return at::empty(size, options);
+}
+
 int64_t rows_of(const at::Tensor& x) { return x.numel() / x.size(-1); }
 
-// The saved kernels, stream and sizes of a node.
-void save_launch_state(AutogradContext* ctx, const std::vector<int64_t>& kernels, int64_t stream) {
-  ctx->saved_data["kernels"] = kernels;
-  ctx->saved_data["stream"] = stream;
-}
-
-// gelu_tanh. kernels: forward(x, y, n), backward(dy, x, dx, n); then the block size.
-struct GeluNode : public torch::autograd::Function<GeluNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> kernels,
-                            int64_t stream) {
-    ensure_context(x);
-    at::Tensor y = at::empty_like(x);
+// gelu_tanh. kernels: forward(x, y, n), backward(dy, x, dx, n); extras: the block size.
+struct GeluNode : public NativeNode {
+  SavedVariable x_;
+  std::string name() const override { return "GeluNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    x_.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!grads[0].defined()) return {at::Tensor()};
+    ensure_context(grads[0]);
+    at::Tensor x = x_.unpack();
+    at::Tensor dy = aligned_contiguous(grads[0]);
+    at::Tensor dx = empty_like_below_autograd(x);
     int64_t n = x.numel();
     Params p;
-    launch(kernel_at(kernels, 0), cdiv(n, kernels.at(6)), stream, p.ptr(x).ptr(y).i32(n));
-    ctx->save_for_backward({x});
-    save_launch_state(ctx, kernels, stream);
-    return y;
-  }
-
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    ensure_context(grads[0]);
-    at::Tensor x = ctx->get_saved_variables()[0];
-    std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
-    int64_t stream = ctx->saved_data["stream"].toInt();
-    at::Tensor dy = aligned_contiguous(grads[0]);
-    at::Tensor dx = at::empty_like(x);
-    int64_t n = x.numel();
-    Params p;
-    launch(kernel_at(kernels, 1), cdiv(n, kernels.at(6)), stream, p.ptr(dy).ptr(x).ptr(dx).i32(n));
-    return {dx, at::Tensor(), at::Tensor()};
+    launch(k->kernels[1], cdiv(n, k->extras[0]), stream, p.ptr(dy).ptr(x).ptr(dx).i32(n));
+    return {dx};
   }
 };
 
-// swiglu. kernels: forward(a, b, y, n), backward(dy, a, b, da, db, n); then the block size.
-struct SwigluNode : public torch::autograd::Function<SwigluNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b,
-                            std::vector<int64_t> kernels, int64_t stream) {
-    ensure_context(a);
-    at::Tensor y = at::empty_like(a);
+at::Tensor gelu_forward(const Call& c, const KernelSetPtr& k, int64_t stream) {
+  ensure_context(c.x);
+  at::Tensor y = empty_like_below_autograd(c.x);
+  int64_t n = c.x.numel();
+  Params p;
+  launch(k->kernels[0], cdiv(n, k->extras[0]), stream, p.ptr(c.x).ptr(y).i32(n));
+  auto node = make_node<GeluNode>();
+  node->set_next_edges(torch::autograd::collect_next_edges(c.x));
+  node->x_ = SavedVariable(c.x, false);
+  node->k = k;
+  node->stream = stream;
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+// swiglu. kernels: forward(a, b, y, n), backward(dy, a, b, da, db, n); extras: the block size.
+struct SwigluNode : public NativeNode {
+  SavedVariable a_, b_;
+  std::string name() const override { return "SwigluNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    a_.reset_data();
+    b_.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor()};
+    ensure_context(grads[0]);
+    at::Tensor a = a_.unpack(), b = b_.unpack();
+    at::Tensor dy = aligned_contiguous(grads[0]);
+    at::Tensor da = empty_like_below_autograd(a), db = empty_like_below_autograd(b);
     int64_t n = a.numel();
     Params p;
-    launch(kernel_at(kernels, 0), cdiv(n, kernels.at(6)), stream, p.ptr(a).ptr(b).ptr(y).i32(n));
-    ctx->save_for_backward({a, b});
-    save_launch_state(ctx, kernels, stream);
-    return y;
+    launch(k->kernels[1], cdiv(n, k->extras[0]), stream, p.ptr(dy).ptr(a).ptr(b).ptr(da).ptr(db).i32(n));
+    return {da, db};
   }
+};
 
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+at::Tensor swiglu_forward(const Call& c, const KernelSetPtr& k, int64_t stream) {
+  ensure_context(c.x);
+  const at::Tensor &a = c.x, &b = c.w;
+  at::Tensor y = empty_like_below_autograd(a);
+  int64_t n = a.numel();
+  Params p;
+  launch(k->kernels[0], cdiv(n, k->extras[0]), stream, p.ptr(a).ptr(b).ptr(y).i32(n));
+  auto node = make_node<SwigluNode>();
+  node->set_next_edges(torch::autograd::collect_next_edges(a, b));
+  node->a_ = SavedVariable(a, false);
+  node->b_ = SavedVariable(b, false);
+  node->k = k;
+  node->stream = stream;
+  torch::autograd::set_history(y, node);
+  return y;
+}
+
+// Both norms. kernels: forward (rms_norm: x, w, y, rstd, n_cols, eps; layer_norm: x, w, b, y,
+// stats, n_rows, n_cols, eps), backward(dy, x, w, stats, dx, part, n_rows, n_cols, n_programs),
+// partial sums(part, dw, db, n_parts, n_cols); extras: the backward's programs and the partial
+// sums' columns per program. The statistics are LayerNorm's mean and 1/std, RMSNorm's 1/std.
+// Without a bias the weight stands in for its pointers (the kernels, compiled without a bias,
+// never read it).
+struct NormNode : public NativeNode {
+  SavedVariable x_, w_, stats_;
+  bool has_bias = false, is_layer_norm = false;
+  std::string name() const override { return is_layer_norm ? "LayerNormNode" : "RMSNormNode"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    x_.reset_data();
+    w_.reset_data();
+    stats_.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t outputs = has_bias ? 3 : 2;
+    if (!grads[0].defined()) return variable_list(outputs);
     ensure_context(grads[0]);
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor &a = saved[0], &b = saved[1];
-    std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
-    int64_t stream = ctx->saved_data["stream"].toInt();
+    at::Tensor x = x_.unpack(), w = w_.unpack(), stats = stats_.unpack();
+    int64_t rows = rows_of(x), cols = x.size(-1), programs = k->extras[0];
     at::Tensor dy = aligned_contiguous(grads[0]);
-    at::Tensor da = at::empty_like(a);
-    at::Tensor db = at::empty_like(b);
-    int64_t n = a.numel();
-    Params p;
-    launch(kernel_at(kernels, 1), cdiv(n, kernels.at(6)), stream,
-           p.ptr(dy).ptr(a).ptr(b).ptr(da).ptr(db).i32(n));
-    return {da, db, at::Tensor(), at::Tensor()};
+    at::Tensor dx = empty_like_below_autograd(x);
+    at::Tensor dw = empty_below_autograd({cols}, w.options());
+    at::Tensor db = has_bias ? empty_below_autograd({cols}, w.options()) : at::Tensor();
+    // Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
+    at::Tensor part = empty_below_autograd({has_bias ? 2 : 1, programs, cols}, x.options().dtype(at::kFloat));
+    Params p, q;
+    launch(k->kernels[1], programs, stream,
+           p.ptr(dy).ptr(x).ptr(w).ptr(stats).ptr(dx).ptr(part).i32(rows).i32(cols).i32(programs));
+    launch(k->kernels[2], cdiv(cols, k->extras[1]), stream,
+           q.ptr(part).ptr(dw).ptr(has_bias ? db : dw).i32(programs).i32(cols));
+    if (has_bias) return {dx, dw, db};
+    return {dx, dw};
   }
 };
 
-// The backward of both norms, whose kernels take the same parameters: the saved x, weight and
-// statistics (LayerNorm's mean and 1/std, RMSNorm's 1/std), then dx and dweight (and dbias) from
-// the persistent grid's partial sums. Returns dx, dw and db (undefined without a bias).
-tensor_list norm_backward(AutogradContext* ctx, const at::Tensor& grad, bool has_bias) {
-  auto saved = ctx->get_saved_variables();
-  const at::Tensor &x = saved[0], &w = saved[1], &stats = saved[2];
-  std::vector<int64_t> kernels = ctx->saved_data["kernels"].toIntVector();
-  int64_t stream = ctx->saved_data["stream"].toInt();
-  int64_t rows = rows_of(x), cols = x.size(-1), programs = kernels.at(9);
-  at::Tensor dy = aligned_contiguous(grad);
-  at::Tensor dx = at::empty_like(x);
-  at::Tensor dw = at::empty({cols}, w.options());
-  at::Tensor db = has_bias ? at::empty({cols}, w.options()) : at::Tensor();
-  // Every program stores its row of partial sums (zeros when it had no rows): no zero fill.
-  at::Tensor part = at::empty({has_bias ? 2 : 1, programs, cols}, x.options().dtype(at::kFloat));
-  Params p, q;
-  launch(kernel_at(kernels, 1), programs, stream,
-         p.ptr(dy).ptr(x).ptr(w).ptr(stats).ptr(dx).ptr(part).i32(rows).i32(cols).i32(programs));
-  launch(kernel_at(kernels, 2), cdiv(cols, kernels.at(10)), stream,
-         q.ptr(part).ptr(dw).ptr(has_bias ? db : dw).i32(programs).i32(cols));
-  return {dx, dw, db};
+at::Tensor norm_forward(const Call& c, const KernelSetPtr& k, int64_t stream) {
+  ensure_context(c.x);
+  bool layer_norm = c.op == kLayerNorm, has_bias = c.b.defined();
+  int64_t rows = rows_of(c.x), cols = c.x.size(-1);
+  at::Tensor y = empty_like_below_autograd(c.x);
+  at::Tensor stats = empty_below_autograd({layer_norm ? 2 : 1, rows}, c.x.options().dtype(at::kFloat));
+  Params p;
+  if (layer_norm) {
+    p.ptr(c.x).ptr(c.w).ptr(has_bias ? c.b : c.w).ptr(y).ptr(stats).i32(rows).i32(cols).f32(c.eps);
+  } else {
+    p.ptr(c.x).ptr(c.w).ptr(y).ptr(stats).i32(cols).f32(c.eps);
+  }
+  launch(k->kernels[0], rows, stream, p);
+  auto node = make_node<NormNode>();
+  node->set_next_edges(has_bias ? torch::autograd::collect_next_edges(c.x, c.w, c.b)
+                                : torch::autograd::collect_next_edges(c.x, c.w));
+  node->x_ = SavedVariable(c.x, false);
+  node->w_ = SavedVariable(c.w, false);
+  node->stats_ = SavedVariable(stats, false);
+  node->has_bias = has_bias;
+  node->is_layer_norm = layer_norm;
+  node->k = k;
+  node->stream = stream;
+  torch::autograd::set_history(y, node);
+  return y;
 }
 
-// rms_norm. kernels: forward(x, w, y, rstd, n_cols, eps), backward(dy, x, w, rstd, dx, part,
-// n_rows, n_cols, n_programs), partial sums(part, dw, dw, n_parts, n_cols); then the backward's
-// programs and the partial sums' columns per program.
-struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, double eps,
-                            std::vector<int64_t> kernels, int64_t stream) {
-    ensure_context(x);
-    int64_t rows = rows_of(x), cols = x.size(-1);
-    at::Tensor y = at::empty_like(x);
-    at::Tensor rstd = at::empty({rows}, x.options().dtype(at::kFloat));
-    Params p;
-    launch(kernel_at(kernels, 0), rows, stream, p.ptr(x).ptr(w).ptr(y).ptr(rstd).i32(cols).f32(eps));
-    ctx->save_for_backward({x, w, rstd});
-    save_launch_state(ctx, kernels, stream);
-    return y;
-  }
+// ---- the entries -----------------------------------------------------------------------
 
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    ensure_context(grads[0]);
-    tensor_list g = norm_backward(ctx, grads[0], false);  // dx, dw
-    return {g[0], g[1], at::Tensor(), at::Tensor(), at::Tensor()};
+// Runs the call on its node, or returns None where the call is not one a node takes or its
+// kernels or stream are not registered yet.
+py::object run(const std::optional<Call>& c) {
+  if (!c) return py::none();
+  auto found = kernel_sets.find(c->key);
+  if (found == kernel_sets.end()) return py::none();
+  std::optional<int64_t> stream = current_stream(c->x);
+  if (!stream) return py::none();
+  at::Tensor y;
+  switch (c->op) {
+    case kGelu: y = gelu_forward(*c, found->second, *stream); break;
+    case kSwiglu: y = swiglu_forward(*c, found->second, *stream); break;
+    default: y = norm_forward(*c, found->second, *stream); break;
   }
-};
-
-// layer_norm. kernels: forward(x, w, b, y, stats, n_rows, n_cols, eps), backward(dy, x, w,
-// stats, dx, part, n_rows, n_cols, n_programs), partial sums(part, dw, db, n_parts, n_cols);
-// then the backward's programs and the partial sums' columns per program. Without a bias the
-// weight stands in for its pointers (the kernels, compiled with HAS_BIAS false, never read it).
-struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            const c10::optional<at::Tensor>& b, double eps, std::vector<int64_t> kernels,
-                            int64_t stream) {
-    ensure_context(x);
-    int64_t rows = rows_of(x), cols = x.size(-1);
-    bool has_bias = b.has_value() && b->defined();
-    at::Tensor y = at::empty_like(x);
-    at::Tensor stats = at::empty({2, rows}, x.options().dtype(at::kFloat));  // mean, 1/std
-    Params p;
-    launch(kernel_at(kernels, 0), rows, stream,
-           p.ptr(x).ptr(w).ptr(has_bias ? *b : w).ptr(y).ptr(stats).i32(rows).i32(cols).f32(eps));
-    ctx->save_for_backward({x, w, stats});
-    ctx->saved_data["has_bias"] = has_bias;
-    save_launch_state(ctx, kernels, stream);
-    return y;
-  }
-
-  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    ensure_context(grads[0]);
-    tensor_list g = norm_backward(ctx, grads[0], ctx->saved_data["has_bias"].toBool());  // dx, dw, db
-    return {g[0], g[1], g[2], at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-at::Tensor gelu_tanh(const at::Tensor& x, std::vector<int64_t> kernels, int64_t stream) {
-  return GeluNode::apply(x, std::move(kernels), stream);
+  return py::cast(y);
 }
 
-at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b, std::vector<int64_t> kernels, int64_t stream) {
-  return SwigluNode::apply(a, b, std::move(kernels), stream);
+py::object gelu_tanh(py::handle x) { return run(parse_elementwise(kGelu, x, py::none())); }
+
+py::object swiglu(py::handle a, py::handle b) { return run(parse_elementwise(kSwiglu, a, b)); }
+
+py::object rms_norm(py::handle x, py::handle w, py::handle eps) {
+  return run(parse_norm(kRMSNorm, x, w, py::none(), eps));
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, std::vector<int64_t> kernels,
-                    int64_t stream) {
-  return RMSNormNode::apply(x, w, eps, std::move(kernels), stream);
+py::object layer_norm(py::handle x, py::handle w, py::handle b, py::handle eps) {
+  return run(parse_norm(kLayerNorm, x, w, b, eps));
 }
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b,
-                      double eps, std::vector<int64_t> kernels, int64_t stream) {
-  return LayerNormNode::apply(x, w, b, eps, std::move(kernels), stream);
+// Registers the kernels of the specialization of a call (the op's name and its arguments, as
+// the entry takes them) and the device's current stream (its id and raw handle). False where the
+// call is not one a node takes.
+bool register_call(const std::string& name, py::tuple args, const std::vector<int64_t>& kernels,
+                   int64_t stream_id, int64_t raw_stream) {
+  std::optional<Call> c;
+  if (name == "gelu_tanh") c = parse_elementwise(kGelu, args[0], py::none());
+  else if (name == "swiglu") c = parse_elementwise(kSwiglu, args[0], args[1]);
+  else if (name == "rms_norm") c = parse_norm(kRMSNorm, args[0], args[1], py::none(), args[2]);
+  else if (name == "layer_norm") c = parse_norm(kLayerNorm, args[0], args[1], args[2], args[3]);
+  else TORCH_CHECK(false, "gputune native: no op ", name);
+  if (!c) return false;
+  size_t n_kernels = kKernels[c->op], n_extras = kExtras[c->op];
+  TORCH_CHECK(kernels.size() == 3 * n_kernels + n_extras, "gputune native: ", name, " takes ",
+              3 * n_kernels + n_extras, " ints, got ", kernels.size());
+  auto set = std::make_shared<KernelSet>();
+  for (size_t i = 0; i < n_kernels; ++i)
+    set->kernels.push_back({reinterpret_cast<void*>(kernels[3 * i]), static_cast<unsigned>(32 * kernels[3 * i + 1]),
+                            static_cast<unsigned>(kernels[3 * i + 2])});
+  set->extras.assign(kernels.end() - n_extras, kernels.end());
+  kernel_sets[c->key] = std::move(set);
+  int device = c->x.get_device();
+  bool known = false;
+  for (const StreamEntry& e : streams) known = known || (e.device == device && e.id == stream_id);
+  if (!known) streams.push_back({device, stream_id, raw_stream});
+  return true;
+}
+
+void clear() {
+  kernel_sets.clear();
+  streams.clear();
 }
 
 }  // namespace
@@ -301,4 +507,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu", &swiglu);
   m.def("rms_norm", &rms_norm);
   m.def("layer_norm", &layer_norm);
+  m.def("register", &register_call);
+  m.def("clear", &clear);
 }

@@ -2,11 +2,15 @@
 
 A Python autograd.Function costs the host more per forward and backward than the GPU spends
 on layer_norm, rms_norm, gelu_tanh or swiglu at training sizes (docs/kernels.md, "Host overhead"):
-the Function's machinery, a Python backward on autograd's device thread, Python launches. The
-nodes in `_native.cpp` do the same work in C++: ATen allocations, and the compiled Triton
-kernels launched through the driver. They run only where they match the Python path exactly:
-eager, CUDA, contiguous 16-byte aligned inputs, more than one row and column, 32-bit sizes,
-a gradient to track. Everything else goes the Python way, which stays the reference.
+the Function's machinery, a Python backward on autograd's device thread, Python launches, the
+Python checks before them. `_native.cpp` does the same work in C++, from one entry per op that
+the op's Python function calls first: the entry checks the call, finds its compiled kernels
+and the current stream, allocates with ATen, launches the Triton kernels through the driver and
+records the node. It takes a call only where it matches the Python path exactly: eager, CUDA,
+contiguous 16-byte aligned inputs, more than one row and column, 32-bit sizes, a gradient to
+track, kernels registered for its specialization. Otherwise it returns None and the Python path
+runs (it raises the errors and stays the reference); where that path finds the node applies,
+it compiles the kernels and registers them (`run`), so the next such call stays in C++.
 
 The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
 source and torch version, then cached) in a background thread started by the first call that
@@ -29,6 +33,7 @@ ENABLED = os.environ.get("GPUTUNE_NATIVE", "1") != "0"
 
 _SOURCE = Path(__file__).with_name("_native.cpp")
 _extension = None  # the built module, once ready
+entry = None  # the same, for the ops' first call (they check ENABLED beside it)
 _status = "off (GPUTUNE_NATIVE=0)" if not ENABLED else "not built"
 _build_thread: threading.Thread | None = None
 _lock = threading.Lock()
@@ -76,7 +81,7 @@ def _start_build() -> None:
 
 
 def _build() -> None:
-    global _extension, _status
+    global _extension, _status, entry
     try:
         from torch.utils.cpp_extension import load_inline
 
@@ -89,7 +94,7 @@ def _build() -> None:
         if not module.find_driver():
             _status = "unavailable: no libcuda.so.1 with the launch and context functions"
             return
-        _extension = module
+        _extension = entry = module
         _status = "ready" if ENABLED else _status
     except Exception as exc:  # no compiler, no ninja, a build error: the Python path stays
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -114,9 +119,13 @@ def applies(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def stream(t: torch.Tensor) -> int:
-    """The current CUDA stream of t's device, as a raw handle."""
-    return torch._C._cuda_getCurrentRawStream(t.device.index)
+def run(op: str, kernels: list[int], *args):
+    """Register the kernels of this call's specialization and the current stream with the C++
+    entries, then run the call there: its output, or None where the entry declines it."""
+    stream = torch.cuda.current_stream(args[0].device)
+    if not _extension.register(op, args, kernels, stream.stream_id, stream.cuda_stream):
+        return None
+    return getattr(_extension, op)(*args)
 
 
 def int_class(n: int) -> int:

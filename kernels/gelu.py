@@ -94,10 +94,16 @@ def _native_kernels(x: torch.Tensor, n: int):
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU with the tanh approximation (torch's gelu(approximate='tanh'))."""
+    if not torch.compiler.is_compiling() and _native.ENABLED and _native.entry is not None:
+        y = _native.entry.gelu_tanh(x)  # the C++ node, or None
+        if y is not None:
+            return y
     _common.check_float("gelu_tanh", "x", x)
     n = x.numel()
     if 1 < n < 2**31 and _native.applies(x):
         kernels = _native_kernels(x, n)
         if kernels is not None:
-            return _native.extension().gelu_tanh(x, kernels, _native.stream(x))
+            y = _native.run("gelu_tanh", kernels, x)
+            if y is not None:
+                return y
     return _common.call(_gelu_op, _GeluFunction, _gelu_impl, x)

@@ -147,6 +147,13 @@ def layer_norm(
 
     weight=None (nn.LayerNorm(elementwise_affine=False)) means a weight of ones.
     """
+    if (
+        not torch.compiler.is_compiling() and _native.ENABLED and _native.entry is not None
+        and _partial_sums.MODE == "kernel"
+    ):
+        y = _native.entry.layer_norm(x, weight, bias, eps)  # the C++ node, or None
+        if y is not None:
+            return y
     _common.check_float("layer_norm", "x", x)
     if x.dim() == 0:
         raise ValueError("layer_norm: x must have at least one dim, got a 0-dim tensor")
@@ -164,7 +171,9 @@ def layer_norm(
     ):
         kernels = _native_kernels(x, weight, bias is not None, rows, n_cols)
         if kernels is not None:
-            return _native.extension().layer_norm(x, weight, bias, float(eps), kernels, _native.stream(x))
+            y = _native.run("layer_norm", kernels, x, weight, bias, float(eps))
+            if y is not None:
+                return y
     return _common.call(_layer_norm_op, _LayerNormFunction, _layer_norm_impl, x, weight, bias, float(eps))[0]
 
 

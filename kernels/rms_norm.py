@@ -114,6 +114,13 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float = 1e-6)
 
     weight=None (nn.RMSNorm(elementwise_affine=False)) means a weight of ones.
     """
+    if (
+        not torch.compiler.is_compiling() and _native.ENABLED and _native.entry is not None
+        and _partial_sums.MODE == "kernel"
+    ):
+        y = _native.entry.rms_norm(x, weight, eps)  # the C++ node, or None
+        if y is not None:
+            return y
     _common.check_float("rms_norm", "x", x)
     if x.dim() == 0:
         raise ValueError("rms_norm: x must have at least one dim, got a 0-dim tensor")
@@ -125,7 +132,9 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float = 1e-6)
     if rows > 1 and n_cols > 1 and x.numel() < 2**31 and _native.applies(x, weight):
         kernels = _native_kernels(x, weight, rows, n_cols)
         if kernels is not None:
-            return _native.extension().rms_norm(x, weight, float(eps), kernels, _native.stream(x))
+            y = _native.run("rms_norm", kernels, x, weight, float(eps))
+            if y is not None:
+                return y
     return _common.call(_rms_norm_op, _RMSNormFunction, _rms_norm_impl, x, weight, float(eps))[0]
 
 

@@ -82,6 +82,10 @@ _SwigluFunction = _common.eager_function("_SwigluFunction", _swiglu_impl, _setup
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """silu(a) * b elementwise (fp32 inside; output in a's dtype)."""
+    if not torch.compiler.is_compiling() and _native.ENABLED and _native.entry is not None:
+        y = _native.entry.swiglu(a, b)  # the C++ node, or None
+        if y is not None:
+            return y
     _common.check_float("swiglu", "a", a)
     _common.check_float("swiglu", "b", b)
     _common.check_same_device("swiglu", "a", a, "b", b)
@@ -93,7 +97,9 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if 1 < n < 2**31 and _native.applies(a, b):
         kernels = _native_kernels(a, n)
         if kernels is not None:
-            return _native.extension().swiglu(a, b, kernels, _native.stream(a))
+            y = _native.run("swiglu", kernels, a, b)
+            if y is not None:
+                return y
     return _common.call(_swiglu_op, _SwigluFunction, _swiglu_impl, a, b)
 
 

@@ -164,6 +164,67 @@ def test_the_python_path_runs_where_a_node_does_not_apply(native):
 
 
 @pytest.mark.gpu
+def test_after_one_call_the_cpp_entry_takes_the_next_and_declines_what_it_must_not_take(native):
+    """The ops call the C++ entry first; it must return None wherever the Python path has to
+    run (which raises the errors and handles tracing), and take the call where a node applies."""
+    from torch.autograd import forward_ad as fwAD
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    entry = _native.entry
+    x = leaf(torch.randn(8, 64, device="cuda", dtype=torch.bfloat16))
+    w = leaf(torch.randn(64, device="cuda", dtype=torch.bfloat16))
+    b = leaf(torch.randn(64, device="cuda", dtype=torch.bfloat16))
+    gputune_kernels.layer_norm(x, w, b)  # registers this specialization and the stream
+    gputune_kernels.gelu_tanh(x)
+    y = entry.layer_norm(x, w, b, 1e-5)
+    assert y is not None and y.grad_fn.name() == "LayerNormNode"
+    assert entry.gelu_tanh(x).grad_fn.name() == "GeluNode"
+
+    class Sub(torch.Tensor):
+        pass
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    declined = {
+        "a CPU tensor": lambda: entry.layer_norm(x.detach().cpu().requires_grad_(), w.cpu(), b.cpu(), 1e-5),
+        "no gradient": lambda: entry.layer_norm(x.detach(), w.detach(), b.detach(), 1e-5),
+        "non-contiguous": lambda: entry.gelu_tanh(leaf(torch.randn(64, 8, device="cuda", dtype=torch.bfloat16)).t()),
+        "unaligned": lambda: entry.gelu_tanh(leaf(torch.randn(513, device="cuda", dtype=torch.bfloat16))[1:]),
+        "one row": lambda: entry.layer_norm(x[:1], w, b, 1e-5),
+        "a weight of another length": lambda: entry.layer_norm(x, w[:32], b, 1e-5),
+        "a bias in another dtype": lambda: entry.layer_norm(x, w, b.float(), 1e-5),
+        "no weight": lambda: entry.layer_norm(x, None, b, 1e-5),
+        "an int eps": lambda: entry.layer_norm(x, w, b, 0),
+        "a row length not registered": lambda: entry.layer_norm(
+            leaf(torch.randn(8, 96, device="cuda", dtype=torch.bfloat16)), w.new_ones(96), None, 1e-5),
+        "a tensor subclass": lambda: entry.gelu_tanh(x.as_subclass(Sub)),
+        "swiglu of two dtypes": lambda: entry.swiglu(x, x.float()),
+        "swiglu of two shapes": lambda: entry.swiglu(x, x.view(64, 8)),
+        "not a tensor": lambda: entry.gelu_tanh([1.0, 2.0]),
+    }
+    for what, call in declined.items():
+        assert call() is None, what
+    with torch.no_grad():
+        assert entry.gelu_tanh(x) is None, "under no_grad"
+    with torch.inference_mode():
+        assert entry.gelu_tanh(x) is None, "under inference_mode"
+    with Passthrough():
+        assert entry.gelu_tanh(x) is None, "under a dispatch mode"
+    with fwAD.dual_level():
+        assert entry.gelu_tanh(fwAD.make_dual(x.detach(), torch.ones_like(x))) is None, "a dual tensor"
+    seen = []
+    torch.func.vmap(lambda r: seen.append(entry.gelu_tanh(r)) or r)(x.detach())
+    assert seen == [None], "under vmap"
+    side = torch.cuda.Stream()  # a stream the entry has not seen: the Python path registers it
+    with torch.cuda.stream(side):
+        assert entry.gelu_tanh(x) is None
+        assert gputune_kernels.gelu_tanh(x).grad_fn.name() == "GeluNode"
+        assert entry.gelu_tanh(x) is not None
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name, shape", [("layer_norm", (8192, 4096)), ("rms_norm", (8192, 4096)),
                                          ("gelu_tanh", (8192, 11008)), ("swiglu", (8192, 11008))])
 def test_a_node_at_real_sizes(native, name, shape):
