@@ -466,17 +466,24 @@ py::object layer_norm(py::handle x, py::handle w, py::handle b, py::handle eps) 
   return run(parse_norm(kLayerNorm, x, w, b, eps));
 }
 
-// Registers the kernels of the specialization of a call (the op's name and its arguments, as
-// the entry takes them) and the device's current stream (its id and raw handle). False where the
-// call is not one a node takes.
+// A call given as the op's name and its arguments, as the entry takes them.
+std::optional<Call> parse_named(const std::string& name, py::tuple args) {
+  if (name == "gelu_tanh") return parse_elementwise(kGelu, args[0], py::none());
+  if (name == "swiglu") return parse_elementwise(kSwiglu, args[0], args[1]);
+  if (name == "rms_norm") return parse_norm(kRMSNorm, args[0], args[1], py::none(), args[2]);
+  if (name == "layer_norm") return parse_norm(kLayerNorm, args[0], args[1], args[2], args[3]);
+  TORCH_CHECK(false, "gputune native: no op ", name);
+  return std::nullopt;
+}
+
+// Whether a node can take the call, its kernels aside: Python compiles them only then.
+bool takes(const std::string& name, py::tuple args) { return parse_named(name, args).has_value(); }
+
+// Registers the kernels of the specialization of a call and the device's current stream (its
+// id and raw handle). False where the call is not one a node takes.
 bool register_call(const std::string& name, py::tuple args, const std::vector<int64_t>& kernels,
                    int64_t stream_id, int64_t raw_stream) {
-  std::optional<Call> c;
-  if (name == "gelu_tanh") c = parse_elementwise(kGelu, args[0], py::none());
-  else if (name == "swiglu") c = parse_elementwise(kSwiglu, args[0], args[1]);
-  else if (name == "rms_norm") c = parse_norm(kRMSNorm, args[0], args[1], py::none(), args[2]);
-  else if (name == "layer_norm") c = parse_norm(kLayerNorm, args[0], args[1], args[2], args[3]);
-  else TORCH_CHECK(false, "gputune native: no op ", name);
+  std::optional<Call> c = parse_named(name, args);
   if (!c) return false;
   size_t n_kernels = kKernels[c->op], n_extras = kExtras[c->op];
   TORCH_CHECK(kernels.size() == 3 * n_kernels + n_extras, "gputune native: ", name, " takes ",
@@ -507,6 +514,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu", &swiglu);
   m.def("rms_norm", &rms_norm);
   m.def("layer_norm", &layer_norm);
+  m.def("takes", &takes);
   m.def("register", &register_call);
   m.def("clear", &clear);
 }

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from gputune_kernels import _common
 
 ENABLED = os.environ.get("GPUTUNE_NATIVE", "1") != "0"
 
@@ -101,22 +100,17 @@ def _build() -> None:
         _status = f"unavailable: {type(exc).__name__}: {first}"[:300]
 
 
-def applies(*tensors: torch.Tensor) -> bool:
-    """True when a node can take these (the op's tensor arguments): the extension is ready,
-    the call is eager and tracks a gradient, and every tensor is a contiguous, 16-byte aligned
-    CUDA tensor."""
+def applies(op: str, *args) -> bool:
+    """True when a node can take this call of `op` (its arguments as the op's C++ entry takes
+    them): the extension is ready and enabled, the call is eager, and the entry's checks pass
+    (the one place they are written). The first CUDA call starts the build."""
+    if torch.compiler.is_compiling():
+        return False
     if _extension is None or not ENABLED:
-        if _extension is None and _build_thread is None and ENABLED and tensors[0].is_cuda:
+        if _extension is None and _build_thread is None and ENABLED and args[0].is_cuda:
             _start_build()
         return False
-    if not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
-        return False
-    if not _common.fast_path(tensors):  # first: a traced (fake) tensor has no data_ptr
-        return False
-    for t in tensors:
-        if not t.is_cuda or not t.is_contiguous() or t.data_ptr() % 16:
-            return False
-    return True
+    return _extension.takes(op, args)
 
 
 def run(op: str, kernels: list[int], *args):

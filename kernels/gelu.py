@@ -99,9 +99,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
         if y is not None:
             return y
     _common.check_float("gelu_tanh", "x", x)
-    n = x.numel()
-    if 1 < n < 2**31 and _native.applies(x):
-        kernels = _native_kernels(x, n)
+    if _native.applies("gelu_tanh", x):
+        kernels = _native_kernels(x, x.numel())
         if kernels is not None:
             y = _native.run("gelu_tanh", kernels, x)
             if y is not None:

@@ -163,13 +163,8 @@ def layer_norm(
     if bias is not None:
         _common.check_norm_weight("layer_norm", "bias", bias, x)
     _common.check_row_len("layer_norm", x.shape[-1])
-    rows, n_cols = _common.row_count(x), x.shape[-1]
-    if (
-        rows > 1 and n_cols > 1 and x.numel() < 2**31
-        and (bias is None or bias.dtype == weight.dtype)  # else the Python path casts dbias
-        and _native.applies(x, weight, *(() if bias is None else (bias,)))
-    ):
-        kernels = _native_kernels(x, weight, bias is not None, rows, n_cols)
+    if _native.applies("layer_norm", x, weight, bias, float(eps)):
+        kernels = _native_kernels(x, weight, bias is not None, _common.row_count(x), x.shape[-1])
         if kernels is not None:
             y = _native.run("layer_norm", kernels, x, weight, bias, float(eps))
             if y is not None:

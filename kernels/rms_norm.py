@@ -128,9 +128,8 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float = 1e-6)
         weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
     _common.check_norm_weight("rms_norm", "weight", weight, x)
     _common.check_row_len("rms_norm", x.shape[-1])
-    rows, n_cols = _common.row_count(x), x.shape[-1]
-    if rows > 1 and n_cols > 1 and x.numel() < 2**31 and _native.applies(x, weight):
-        kernels = _native_kernels(x, weight, rows, n_cols)
+    if _native.applies("rms_norm", x, weight, float(eps)):
+        kernels = _native_kernels(x, weight, _common.row_count(x), x.shape[-1])
         if kernels is not None:
             y = _native.run("rms_norm", kernels, x, weight, float(eps))
             if y is not None:

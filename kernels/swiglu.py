@@ -93,9 +93,8 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"swiglu: a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.dtype != b.dtype:
         raise TypeError(f"swiglu: a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-    n = a.numel()
-    if 1 < n < 2**31 and _native.applies(a, b):
-        kernels = _native_kernels(a, n)
+    if _native.applies("swiglu", a, b):
+        kernels = _native_kernels(a, a.numel())
         if kernels is not None:
             y = _native.run("swiglu", kernels, a, b)
             if y is not None:
