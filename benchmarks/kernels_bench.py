@@ -52,6 +52,7 @@ class Case:
     bytes_moved: float = 0.0  # fewest bytes one call must move (for GB/s)
     flops: float = 0.0  # for TFLOP/s
     variants: dict = field(default_factory=dict)  # extra "ours" settings, timed alongside
+    anchors: dict = field(default_factory=dict)  # other projects' implementations, timed alongside
     tol: float = 2e-2  # relative error allowed against the float32 reference
     graphed: bool = False  # also time CUDA-graph replays (no CPU launch overhead)
     target: str = ""  # the issue's target, for the table
@@ -268,6 +269,28 @@ def _flce_eager(hidden, weight, target):
     return F.cross_entropy(F.linear(hidden, weight).float(), target)
 
 
+def _liger(op: str) -> dict:
+    """Liger-Kernel's implementation of the op as an anchor ({"liger": fn}), where its wheel is
+    installed (the GPU runs carry it for the benchmark only; gputune does not use it)."""
+    try:
+        if op == "layer_norm":
+            from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+            return {"liger": lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5)}
+        if op == "rms_norm":
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+            # Llama's casting, and not in place: the benchmark reuses its output gradient
+            return {"liger": lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False)}
+        if op == "swiglu":
+            from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+            return {"liger": lambda a, b: LigerSiLUMulFunction.apply(a, b)}
+    except ImportError:
+        pass
+    return {}
+
+
 def build_cases() -> list[Case]:
     cases = []
     for rows, cols in [(16384, 1024), (8192, 4096), (4096, 16384)]:
@@ -305,6 +328,7 @@ def build_cases() -> list[Case]:
             eager=_rms_norm_eager, ours=lambda x, w: gputune_kernels.rms_norm(x, w), grad_inputs=("x", "w"),
             bytes_moved=5 * n * h * 2, target="<= 1.5 x its graph time" if h == 4096 else "",
             variants=_python_variants(lambda x, w: gputune_kernels.rms_norm(x, w), norm=True),
+            anchors=_liger("rms_norm"),
         ))
         cases.append(Case(
             name=f"LayerNorm fwd+bwd {n}x{h} bf16",
@@ -316,6 +340,7 @@ def build_cases() -> list[Case]:
             ours=lambda x, w, b: gputune_kernels.layer_norm(x, w, b), grad_inputs=("x", "w", "b"),
             bytes_moved=5 * n * h * 2, target="<= torch eager",
             variants=_python_variants(lambda x, w, b: gputune_kernels.layer_norm(x, w, b), norm=True),
+            anchors=_liger("layer_norm"),
         ))
     for vocab in (50304, 128256):
         cases.append(Case(
@@ -356,6 +381,7 @@ def build_cases() -> list[Case]:
         eager=lambda a, b: F.silu(a) * b, ours=lambda a, b: gputune_kernels.swiglu(a, b), grad_inputs=("a", "b"),
         bytes_moved=8 * 8192 * 11008 * 2, target="<= 0.45 ms",
         variants=_python_variants(lambda a, b: gputune_kernels.swiglu(a, b), norm=False),
+        anchors=_liger("swiglu"),
     ))
     for n, h in ((8192, 11008), (16384, 3072), (8192, 2048)):  # the issue's, GPT-2's MLP, a Llama's
         cases.append(Case(
@@ -388,6 +414,7 @@ def run_case(case: Case, rep_ms: float, with_compile: bool, rounds: int = 1) -> 
         # Ours inside a compiled graph: inductor calls the kernels from its generated code.
         impls["ours+compile"] = torch.compile(case.ours)
     impls.update({f"ours[{k}]": v for k, v in case.variants.items()})
+    impls.update({f"anchor[{k}]": v for k, v in case.anchors.items()})
     defaults = [(importlib.import_module(m), a) for m, a in _SETTINGS]
     defaults = [(module, a, getattr(module, a)) for module, a in defaults]
     for label, fn in impls.items():
@@ -519,7 +546,7 @@ def print_table(report: dict) -> None:
         cells = [_fmt(r[k]) if k in r else "-" for k in ("ours", "eager", "compile", "ours+compile")]
         print(f"{r['name']:44} {'y' if r['correct'] else 'N':3} " + " ".join(f"{c:44}" for c in cells))
         for k in r:
-            if k.startswith("ours["):
+            if k.startswith(("ours[", "anchor[")):
                 print(f"  {k:42}     {_fmt(r[k])}")
 
 
