@@ -31,8 +31,7 @@ import torch
 ENABLED = os.environ.get("GPUTUNE_NATIVE", "1") != "0"
 
 _SOURCE = Path(__file__).with_name("_native.cpp")
-_extension = None  # the built module, once ready
-entry = None  # the same, for the ops' first call (they check ENABLED beside it)
+entry = None  # the built module, once ready (the ops call it first, where ENABLED)
 _status = "off (GPUTUNE_NATIVE=0)" if not ENABLED else "not built"
 _build_thread: threading.Thread | None = None
 _lock = threading.Lock()
@@ -45,9 +44,9 @@ def status() -> str:
 
 def extension():
     """The built extension, or None; the first call (on a machine with CUDA) starts the build."""
-    if _extension is None and _build_thread is None and ENABLED:
+    if entry is None and _build_thread is None and ENABLED:
         _start_build()
-    return _extension
+    return entry
 
 
 def wait(timeout: float | None = None) -> str:
@@ -66,7 +65,7 @@ def set_enabled(enabled: bool) -> None:
     if not enabled:
         _status = "off (set_enabled(False))"
     elif _status.startswith("off"):
-        _status = "ready" if _extension is not None else "not built"
+        _status = "ready" if entry is not None else "not built"
 
 
 def _start_build() -> None:
@@ -80,7 +79,7 @@ def _start_build() -> None:
 
 
 def _build() -> None:
-    global _extension, _status, entry
+    global entry, _status
     try:
         from torch.utils.cpp_extension import load_inline
 
@@ -93,7 +92,7 @@ def _build() -> None:
         if not module.find_driver():
             _status = "unavailable: no libcuda.so.1 with the launch and context functions"
             return
-        _extension = entry = module
+        entry = module
         _status = "ready" if ENABLED else _status
     except Exception as exc:  # no compiler, no ninja, a build error: the Python path stays
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -106,20 +105,20 @@ def applies(op: str, *args) -> bool:
     (the one place they are written). The first CUDA call starts the build."""
     if torch.compiler.is_compiling():
         return False
-    if _extension is None or not ENABLED:
-        if _extension is None and _build_thread is None and ENABLED and args[0].is_cuda:
+    if entry is None or not ENABLED:
+        if entry is None and _build_thread is None and ENABLED and args[0].is_cuda:
             _start_build()
         return False
-    return _extension.takes(op, args)
+    return entry.takes(op, args)
 
 
 def run(op: str, kernels: list[int], *args):
     """Register the kernels of this call's specialization and the current stream with the C++
     entries, then run the call there: its output, or None where the entry declines it."""
     stream = torch.cuda.current_stream(args[0].device)
-    if not _extension.register(op, args, kernels, stream.stream_id, stream.cuda_stream):
+    if not entry.register(op, args, kernels, stream.stream_id, stream.cuda_stream):
         return None
-    return getattr(_extension, op)(*args)
+    return getattr(entry, op)(*args)
 
 
 def int_class(n: int) -> int:
