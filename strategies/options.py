@@ -11,6 +11,71 @@ from typing import Any, ClassVar
 from strategies.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class Prior:
+    """What a value is expected to do to throughput before it is measured: the log of its
+    throughput over the option's default value's, as (mean, standard deviation). `cuda` on a GPU,
+    `cpu` on the CPU (None: as on a GPU); `compiled` replaces either where the configuration
+    runs under torch.compile, `large` on models of a billion parameters or more (what pays on a
+    large model, such as bf16 weights or float8, often loses on a small one). The search ranks
+    candidates by these until it has measured the lever itself, and learns them from this
+    machine's result store (`tuner_tui/engine/search/priors.py`)."""
+
+    cuda: tuple[float, float] = (0.0, 0.05)
+    cpu: tuple[float, float] | None = None
+    compiled: tuple[float, float] | None = None
+    large: tuple[float, float] | None = None
+    risk: float = 0.01
+    """The chance the value fails on a machine and model it was not tried on (a compile error,
+    a divergence, numerics out of tolerance): where a trial of several new values fails, the
+    riskiest take most of the blame."""
+
+    def pick(self, device: str, compiled: bool = False, large: bool = False) -> tuple[float, float]:
+        if large and self.large is not None:
+            return self.large
+        if compiled and self.compiled is not None:
+            return self.compiled
+        if device != "cuda" and self.cpu is not None:
+            return self.cpu
+        return self.cuda
+
+
+@dataclass(frozen=True)
+class SearchFacts:
+    """What the search, the memory model and the numerics gate know about an option, declared
+    beside it so that a new option is one declaration, never a new stage."""
+
+    values: tuple = ()
+    """The values `gputune tune` tries by default (where the machine can run them); () leaves
+    the option at the user's value (or its default) unless `--search` names it."""
+    lever: str = "speed"
+    """speed: changes the step time; memory: frees memory at a cost in speed; both; parallel:
+    how several devices share the work."""
+    activations: bool = False
+    """Changes what a sample holds besides parameters, gradients and optimizer state
+    (activations, logits, compile's buffers): the memory model compares only trials equal in
+    these options, or scales between them."""
+    reference: tuple | None = None
+    """The values that compute what the fp32 eager reference computes (None: every value does):
+    a configuration with all its options there is its own reference."""
+    numerics: dict = field(default_factory=dict)
+    """The numerics class (`registry.NUMERICS`) a value brings: the loss and gradient
+    tolerances of a configuration are those of the loosest class among its options."""
+    prior: dict = field(default_factory=dict)
+    """Value -> `Prior`; a value without one is expected to change nothing (mean 0, a small
+    deviation)."""
+    bytes_per_parameter: dict = field(default_factory=dict)
+    """Value -> bytes per parameter on the device: the parameters and gradients (weights), or the
+    optimizer's state."""
+    interacts: tuple[str, ...] = ()
+    """Options whose best value depends on this one's (under compile the fused kernels
+    Inductor fuses itself are left to it, so kernels pay differently in eager): the search also
+    tries moving both at once."""
+    addresses: tuple[str, ...] = ()
+    """The profile's bottlenecks (host, memory, compute, communication) this option can relieve:
+    with `--profile`, a candidate changing it is weighed up where the incumbent's profile says so."""
+
+
 def _shown(value: Any, limit: int = 40) -> str:
     """A value as the user wrote it, cut short: a message stays one readable line."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
@@ -33,6 +98,8 @@ class Option:
     requires: tuple[str, ...] = ()
     """Capabilities the option needs whenever it is not at its default (see `Capabilities`)."""
     label: str = ""
+    search: SearchFacts = SearchFacts()
+    """What the search and the memory model know about it."""
 
     kind: ClassVar[str] = ""
     """The kind's name, as plain data: "choice", "bool", "int", "float" or "set"."""

@@ -23,6 +23,8 @@ from strategies.options import (  # noqa: F401  (Option and its kinds are part o
     FloatOption,
     IntOption,
     Option,
+    Prior,
+    SearchFacts,
     SetOption,
 )
 
@@ -69,6 +71,16 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("fp32", "tf32", "bf16", "fp16"),
                 choice_requires={"tf32": ("cuda",), "bf16": ("bf16",), "fp16": ("cuda",)},
                 label="Precision",
+                search=SearchFacts(
+                    values=("fp32", "tf32", "bf16", "fp16"), activations=True,
+                    reference=("fp32",),
+                    numerics={"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"},
+                    # GPT-2 124M on an H200, eager with SDPA: tf32 2.9x fp32, bf16 6.5x, fp16
+                    # 5.7x; a 1.3B Llama bf16 about 8x. On CPUs bf16 autocast is often slower.
+                    prior={"tf32": Prior((1.0, 0.25)), "bf16": Prior((1.6, 0.3), cpu=(-0.3, 0.5)),
+                           "fp16": Prior((1.55, 0.3), risk=0.1)},
+                    addresses=("compute", "memory"),
+                ),
             ),
             FloatOption(
                 "grad_clip",
@@ -91,6 +103,17 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("fp32", "bf16"),
                 choice_requires={"bf16": ("bf16",)},
                 label="Weights",
+                search=SearchFacts(
+                    values=("fp32", "bf16"), lever="both", activations=True,
+                    reference=("fp32",), numerics={"bf16": "bf16"}, interacts=("optimizer",),
+                    # Pays where the optimizer step and weight traffic weigh (a 1.3B Llama:
+                    # bf16 weights + compile 65.5k against autocast + compile 63.5k tokens/s);
+                    # about even on GPT-2 124M, where fused AdamW (fp32 weights only) wins back.
+                    prior={"bf16": Prior((-0.02, 0.05), cpu=(-0.1, 0.2), large=(0.05, 0.05),
+                                         risk=0.03)},
+                    bytes_per_parameter={"fp32": 4, "bf16": 2},
+                    addresses=("memory",),
+                ),
             ),
         ),
     ),
@@ -107,6 +130,12 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "Face models, causal without a built mask where no mask is passed)",
                 choices=("manual", "sdpa"),
                 label="Attention",
+                search=SearchFacts(
+                    values=("manual", "sdpa"), lever="both", activations=True,
+                    # GPT-2 124M bf16 eager: SDPA 2.4x the manual path (flash attention).
+                    prior={"sdpa": Prior((0.5, 0.15), cpu=(0.1, 0.2), compiled=(0.35, 0.15))},
+                    addresses=("compute", "memory"),
+                ),
             ),
         ),
     ),
@@ -121,6 +150,24 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=FUSED_KERNEL_CHOICES,
                 requires=("triton",),
                 label="Fused kernels",
+                search=SearchFacts(
+                    values=((), ("layer_norm", "rms_norm", "gelu", "swiglu"),
+                            ("layer_norm", "rms_norm", "gelu", "swiglu", "linear_cross_entropy")),
+                    lever="both", activations=True, reference=((),),
+                    # Per kernel; a set adds its kernels' (those Inductor fuses itself are left
+                    # to it under compile, TuneConfig.effective_kernels). GPT-2 124M bf16 eager:
+                    # the element-wise kernels together 1.19x.
+                    prior={"layer_norm": Prior((0.04, 0.03), cpu=(-1.0, 0.5)),
+                           "rms_norm": Prior((0.04, 0.03), cpu=(-1.0, 0.5)),
+                           "gelu": Prior((0.03, 0.02), cpu=(-1.0, 0.5)),
+                           "swiglu": Prior((0.03, 0.02), cpu=(-1.0, 0.5)),
+                           "causal_softmax": Prior((0.02, 0.04), cpu=(-1.0, 0.5)),
+                           "cross_entropy": Prior((0.03, 0.03), cpu=(-1.0, 0.5),
+                                                  compiled=(0.0, 0.03)),
+                           "linear_cross_entropy": Prior((0.04, 0.04), cpu=(-1.0, 0.5),
+                                                         compiled=(0.01, 0.03), risk=0.03)},
+                    addresses=("memory", "host"),
+                ),
             ),
             ChoiceOption(
                 "kernels_with_compile",
@@ -145,6 +192,14 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("off", "tensorwise", "rowwise"),
                 requires=("fp8",),
                 label="Float8",
+                search=SearchFacts(
+                    values=("off", "tensorwise", "rowwise"), lever="both", activations=True,
+                    reference=("off",), numerics={"tensorwise": "fp8", "rowwise": "fp8"},
+                    # torchao float8 lost 10% on GPT-2 124M and won 10% on a 1.1B Llama (H200).
+                    prior={"tensorwise": Prior((-0.05, 0.08), large=(0.06, 0.06), risk=0.1),
+                           "rowwise": Prior((-0.08, 0.08), large=(0.04, 0.06), risk=0.1)},
+                    addresses=("compute",),
+                ),
             ),
             ChoiceOption(
                 "fp8_layers",
@@ -153,6 +208,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "(torchao's size thresholds for the recipe); all, every one it can",
                 choices=("auto", "all"),
                 label="Float8 layers",
+                search=SearchFacts(activations=True),
             ),
         ),
     ),
@@ -167,6 +223,13 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "attention outputs, recompute the cheap ops",
                 choices=("off", "full", "every-n", "selective"),
                 label="Checkpointing",
+                search=SearchFacts(
+                    values=("off", "selective", "every-n", "full"), lever="memory",
+                    activations=True,
+                    # GPT-2 124M: selective -1%, every block -12 to -17% (ANCHORS.md).
+                    prior={"selective": Prior((-0.02, 0.02)), "every-n": Prior((-0.08, 0.03)),
+                           "full": Prior((-0.17, 0.04))},
+                ),
             ),
             IntOption(
                 "checkpoint_every",
@@ -174,6 +237,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "With checkpointing = every-n: checkpoint one block in this many",
                 minimum=1,
                 label="Checkpoint every",
+                search=SearchFacts(activations=True),
             ),
         ),
     ),
@@ -191,6 +255,11 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "sharded across ranks)",
                 choices=("none", "ddp", "fsdp2"),
                 label="Data parallel",
+                search=SearchFacts(
+                    lever="parallel", reference=("none",),
+                    prior={"ddp": Prior((0.0, 0.05)), "fsdp2": Prior((0.0, 0.06))},
+                    addresses=("communication",),
+                ),
             ),
             IntOption(
                 "devices",
@@ -205,6 +274,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "With parallel = ddp: gradients are all-reduced in buckets of this many MB",
                 minimum=1,
                 label="DDP bucket MB",
+                search=SearchFacts(lever="parallel", prior={100: Prior((0.0, 0.02))},
+                                   addresses=("communication",)),
             ),
             BoolOption(
                 "ddp_bucket_view",
@@ -212,6 +283,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "With parallel = ddp: gradient_as_bucket_view, gradients are views into the "
                 "all-reduce buckets (one copy less, less memory)",
                 label="DDP grads as bucket views",
+                search=SearchFacts(lever="parallel", prior={True: Prior((0.0, 0.02))}),
             ),
             BoolOption(
                 "fsdp_reshard",
@@ -220,6 +292,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "parameters after its forward and gather them again for backward (less memory, "
                 "more communication)",
                 label="FSDP2 reshard after forward",
+                search=SearchFacts(lever="parallel", prior={False: Prior((0.02, 0.03))},
+                                   addresses=("communication",)),
             ),
             ChoiceOption(
                 "fsdp_reduce",
@@ -228,6 +302,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "half the bytes of fp32, with bf16's rounding on the sum across ranks",
                 choices=("fp32", "bf16"),
                 label="FSDP2 gradient reduce",
+                search=SearchFacts(lever="parallel", prior={"bf16": Prior((0.01, 0.03))},
+                                   addresses=("communication",)),
             ),
         ),
     ),
@@ -248,6 +324,18 @@ STRATEGIES: tuple[Strategy, ...] = (
                 ),
                 choice_requires={"reduce-overhead": ("cuda",), "max-autotune": ("cuda",)},
                 label="Compile mode",
+                search=SearchFacts(
+                    # The max-autotune modes are left out by default: their autotuning takes
+                    # minutes per trial (ask with --search compile_mode=off,default,max-autotune).
+                    values=("off", "default", "reduce-overhead"), activations=True,
+                    reference=("off",), interacts=("fused_kernels",),
+                    # GPT-2 124M bf16: compile 1.28x eager; CUDA graphs 1-2% more at batch 16-64.
+                    prior={"default": Prior((0.25, 0.1), cpu=(0.05, 0.2), risk=0.04),
+                           "reduce-overhead": Prior((0.26, 0.1), risk=0.06),
+                           "max-autotune": Prior((0.27, 0.1), risk=0.1),
+                           "max-autotune-no-cudagraphs": Prior((0.26, 0.1), risk=0.1)},
+                    addresses=("host", "memory"),
+                ),
             ),
             BoolOption(
                 "compile_fullgraph",
@@ -262,6 +350,11 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "(cheaper to compile)",
                 choices=("model", "block"),
                 label="Compile scope",
+                search=SearchFacts(
+                    values=("model", "block"), activations=True,
+                    # GPT-2 124M: per block 0.89x the whole model, for a third of the compile time.
+                    prior={"block": Prior((-0.08, 0.05))},
+                ),
             ),
         ),
     ),
@@ -277,6 +370,12 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "or offloaded state)",
                 choices=("plain", "foreach", "fused"),
                 label="AdamW",
+                search=SearchFacts(
+                    values=("plain", "foreach", "fused"), activations=True,
+                    # GPT-2 124M bf16 + compile: fused 1.09x plain, foreach 1.05x.
+                    prior={"foreach": Prior((0.04, 0.03)), "fused": Prior((0.07, 0.03))},
+                    addresses=("host",),
+                ),
             ),
             ChoiceOption(
                 "optimizer_state",
@@ -286,6 +385,19 @@ STRATEGIES: tuple[Strategy, ...] = (
                 choices=("fp32", "bf16", "8bit", "offload"),
                 choice_requires={"offload": ("cuda",)},
                 label="Optimizer state",
+                search=SearchFacts(
+                    values=("fp32", "bf16", "8bit", "offload"), lever="memory",
+                    reference=("fp32", "offload"), numerics={"bf16": "bf16", "8bit": "bf16"},
+                    # torch's AdamW (and its implementation flag) steps only fp32 or offloaded
+                    # state; torchao's steps the others: moving back, the flag matters again.
+                    interacts=("optimizer",),
+                    # A 1.3B Llama, autocast + compile: AdamW8bit 0.90x; offload pays only where
+                    # nothing else fits.
+                    prior={"bf16": Prior((-0.01, 0.02), risk=0.02),
+                           "8bit": Prior((-0.06, 0.03), risk=0.03),
+                           "offload": Prior((-0.5, 0.2), risk=0.05)},
+                    bytes_per_parameter={"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0},
+                ),
             ),
         ),
     ),
@@ -301,6 +413,15 @@ STRATEGIES: tuple[Strategy, ...] = (
                 minimum=0,
                 maximum=MAX_BATCH_SIZE,
                 label="Batch size",
+                search=SearchFacts(
+                    # Multiples of the workload's default, doubling on past the last while a
+                    # doubling pays and fits (space.CLIMB): the batch the optimizer sees changes
+                    # the training, so `--set batch_size=N` holds it.
+                    values=("x1", "x2", "x4", "..."), lever="both",
+                    # Per doubling: GPT-2 124M compiled, 16 -> 32 -> 64: +7%, +2%.
+                    prior={"x2": Prior((0.04, 0.04), cpu=(0.0, 0.05))},
+                    addresses=("host",),
+                ),
             ),
             IntOption(
                 "micro_batch_size",
@@ -309,6 +430,12 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "micro_batch_size of them (0: the whole batch at once)",
                 minimum=0,
                 label="Micro-batch",
+                search=SearchFacts(
+                    lever="memory",
+                    # Per halving of the micro-batch (gradient accumulation over more, smaller
+                    # launches).
+                    prior={"/2": Prior((-0.05, 0.03), cpu=(-0.02, 0.04))},
+                ),
             ),
         ),
     ),
@@ -388,6 +515,56 @@ RULES = (
 
 OPTIONS: dict[str, Option] = {o.key: o for s in STRATEGIES for o in s.options}
 OPTION_STRATEGY: dict[str, str] = {o.key: s.name for s in STRATEGIES for o in s.options}
+
+SEARCHED: dict[str, tuple] = {k: o.search.values for k, o in OPTIONS.items() if o.search.values}
+"""The values `gputune tune` tries by default, per option (from each option's `SearchFacts`)."""
+
+ACTIVATION_KEYS: tuple[str, ...] = tuple(k for k, o in OPTIONS.items() if o.search.activations)
+"""The options that change what a sample holds besides parameters, gradients and state."""
+
+# The numerics gate's tolerances per class, from the strictest to the loosest: the relative
+# difference of the first LOSS_CHECK_STEPS losses from the fp32 eager reference, and (least
+# cosine, largest |norm ratio - 1|) of every first-step gradient tensor that is not negligible.
+# fp32 differs from the reference only by summation order; tf32 keeps 10 mantissa bits; bf16 7;
+# fp8 matmuls 3 (e4m3) or 2 (e5m2). Measured with benchmarks/gradient_calibration.py on the CPU
+# (gpt2-tiny, llama-tiny, Hugging Face tiny GPT-2 and Llama; fp32 and bf16; manual and SDPA
+# attention, full checkpointing, all fused kernels), the worst tensor seen had cosine 1 - 5e-14
+# in fp32 and 0.999985 in bf16 (norm ratios 1 +- 1.3e-7 and 0.006): the bf16 gradient tolerance
+# leaves room for a GPU's flash attention and Inductor's kernels. On the H200, clean fp8
+# tensorwise runs of a 1.3B HF Llama lost 2.7-3.3% in their losses and had their worst gradient
+# at cosine 0.940, norm ratio 0.965. Injected faults land far outside all of these: x2 in a
+# backward gives a norm ratio of 2, zeroed gradients a cosine of 0, a wrong sign -1.
+NUMERICS: dict[str, tuple[float, tuple[float, float]]] = {
+    "fp32": (2e-3, (0.9999, 1e-3)),
+    "tf32": (1e-2, (0.999, 0.02)),
+    "fp16": (3e-2, (0.995, 0.05)),
+    "bf16": (3e-2, (0.98, 0.15)),
+    "fp8": (6e-2, (0.85, 0.25)),
+}
+
+
+def numerics_class(values: dict) -> str:
+    """The loosest numerics class among a configuration's options (`SearchFacts.numerics`):
+    whose tolerances its losses and gradients are held to."""
+    order = list(NUMERICS)
+    found = "fp32"
+    for key, option in OPTIONS.items():
+        cls = option.search.numerics.get(_plain_value(values[key]))
+        if cls is not None and order.index(cls) > order.index(found):
+            found = cls
+    return found
+
+
+def computes_reference(values: dict) -> bool:
+    """True where every option is at a value that computes what the fp32 eager reference
+    computes (`SearchFacts.reference`): then the configuration's own losses are the reference."""
+    return all(option.search.reference is None
+               or _plain_value(values[key]) in [_plain_value(v) for v in option.search.reference]
+               for key, option in OPTIONS.items())
+
+
+def _plain_value(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 @dataclass(frozen=True)

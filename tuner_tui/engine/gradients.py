@@ -4,44 +4,34 @@ Losses alone miss gradient bugs: AdamW normalises a uniform scale away and clipp
 another, so a x2 in a kernel's backward leaves the first losses unchanged. The first step's
 gradients are compared per parameter tensor instead (cosine similarity and norm ratio).
 
-Gradients never cross the protocol (tensors, up to billions of values): the worker computes the
-reference gradients itself, in the trial's own process, before the candidate is built (fp32,
-eager, SDPA, the same seed and first batch), keeps them on the CPU, and compares them after the
-candidate's first backward pass, before its optimizer step. The cost is one extra fp32
-forward/backward per trial.
+Gradients never cross the protocol (tensors, up to billions of values). The reference is kept as
+a sketch (`sketch`): each tensor's exact norm and its values at a fixed sample of positions (all
+of them for tensors of up to SKETCH_SIZE elements), enough for the cosine and the norm ratio at
+these tolerances (a fault that changes a small part of a large tensor moves its cosine by that
+part, under any tolerance here), at about 64 KiB a tensor. A worker computes the reference's
+gradients at most once per workload, batch and machine (fp32, eager, SDPA, the same seed and
+first batch) and keeps the sketch in the reference cache (`reference_cache.py`), where the next
+trial's worker finds it; the candidate is compared after its first backward pass, before its
+optimizer step.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from strategies.registry import NUMERICS
 
-# (least cosine similarity, largest |norm ratio - 1|) per precision, for every parameter tensor
-# whose reference gradient is not negligible. Measured with benchmarks/gradient_calibration.py
-# on the CPU over gpt2-tiny, llama-tiny and the Hugging Face tiny GPT-2 and Llama examples, each
-# fp32 and bf16, with manual or SDPA attention, full checkpointing, and all fused kernels. The
-# worst tensor seen (usually a norm's weight):
-#   fp32: cosine 1 - 5e-14, norm ratio 1 +- 1.3e-7  (summation order only)
-#   bf16: cosine 0.999985,  norm ratio 1 +- 0.006   (autocast matmuls)
-# On a GPU more runs in bf16 (flash attention, Inductor's fused kernels), so the bf16 tolerance
-# leaves room of about 1000x on the cosine deficit and 25x on the norm; the lead's GPU check
-# (gpu_checks.sh gradient-calibration) prints the H200's figures. Every injected fault lands far
-# outside any of them: x2 gives a norm ratio of 2, zeroed gradients a cosine of 0, a wrong sign
-# a cosine of -1. tf32 keeps 10 mantissa bits, between the two. fp8 (torchao float8 in the
-# linear layers) keeps 3 or 2: on the H200, clean fp8 tensorwise runs of the 1.3B HF Llama had
-# their worst tensor (a k_proj weight) at cosine 0.940 and norm ratio 0.965
-# (benchmarks/results/h200-2026-11-30/call6-fit-probe); the injected faults still land far out.
-GRADIENT_TOLERANCE = {
-    "fp32": (0.9999, 1e-3),
-    "tf32": (0.999, 0.02),
-    "bf16": (0.98, 0.15),
-    "fp16": (0.995, 0.05),
-    "fp8": (0.85, 0.25),
-}
+
+GRADIENT_TOLERANCE = {name: grads for name, (_, grads) in NUMERICS.items()}
+"""(least cosine similarity, largest |norm ratio - 1|) per numerics class, for every parameter
+tensor whose reference gradient is not negligible (`strategies.registry.NUMERICS` says where
+the figures come from)."""
 
 NEGLIGIBLE = 1e-4
 """A tensor whose reference gradient norm is below this fraction of the largest tensor's, and
@@ -79,6 +69,66 @@ def collect(model: nn.Module) -> dict[str, torch.Tensor]:
     return grads
 
 
+SKETCH_SIZE = 16384
+"""Positions sampled per tensor for the cosine; a tensor this size or smaller is kept whole."""
+
+
+@dataclass(frozen=True)
+class TensorSketch:
+    numel: int
+    norm: float
+    """The whole tensor's norm: the norm ratio is exact."""
+    values: torch.Tensor
+    """fp32 on the CPU: the values at `sample_indices(name, numel)`, or every value."""
+
+
+def sample_indices(name: str, numel: int) -> torch.Tensor | None:
+    """The positions sketched for a tensor: the same for the reference and every candidate (drawn
+    from the tensor's name), None for a tensor kept whole."""
+    if numel <= SKETCH_SIZE:
+        return None
+    generator = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    return torch.randint(numel, (SKETCH_SIZE,), generator=generator).sort().values
+
+
+def _sampled(name: str, g: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """A gradient's norm and its sampled values in fp64 on the CPU (gathered first where sharded)."""
+    flat = _whole(g.detach()).reshape(-1)
+    index = sample_indices(name, flat.numel())
+    picked = flat if index is None else flat[index.to(flat.device)]
+    return float(flat.double().norm()), picked.to("cpu", torch.float64)
+
+
+def sketch(grads: dict[str, torch.Tensor]) -> dict[str, TensorSketch]:
+    """The sketch of a set of gradients (name -> tensor, as `collect` gives them)."""
+    out = {}
+    for name, g in grads.items():
+        norm, values = _sampled(name, g)
+        out[name] = TensorSketch(g.numel(), norm, values.float())
+    return out
+
+
+def save_sketch(path: str | Path, sketched: dict[str, TensorSketch]) -> None:
+    """Write a sketch atomically (a reader never sees half a file)."""
+    import io
+
+    from strategies.files import write_atomic
+
+    buffer = io.BytesIO()
+    torch.save({name: (s.numel, s.norm, s.values) for name, s in sketched.items()}, buffer)
+    write_atomic(path, buffer.getvalue())
+
+
+def load_sketch(path: str | Path) -> dict[str, TensorSketch] | None:
+    """A sketch written by `save_sketch`; None where there is none or it cannot be read."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        return {name: TensorSketch(int(n), float(norm), values)
+                for name, (n, norm, values) in data.items()}
+    except Exception:  # a missing, truncated or foreign file: the reference is computed again
+        return None
+
+
 @dataclass(frozen=True)
 class GradientCheck:
     ok: bool | None
@@ -90,29 +140,37 @@ class GradientCheck:
     message: str = ""
 
 
-def compare(reference: dict[str, torch.Tensor], model: nn.Module, precision: str) -> GradientCheck:
-    """The candidate's gradients (on `model` now) against the reference's, per tensor."""
+def compare(reference: dict, model: nn.Module, precision: str) -> GradientCheck:
+    """The candidate's gradients (on `model` now) against the reference's, per tensor.
+    `reference` is a sketch (`sketch`) or whole gradients (`collect`), which are sketched."""
     min_cos, max_dev = GRADIENT_TOLERANCE.get(precision, GRADIENT_TOLERANCE["bf16"])
+    if reference and not isinstance(next(iter(reference.values())), TensorSketch):
+        reference = sketch(reference)
     candidate = {}
     for name, p in model.named_parameters():
         key = canonical_name(name)
-        if key in reference and p.requires_grad and tuple(p.shape) == tuple(reference[key].shape):
-            candidate[key] = p.grad
+        if key in reference and p.requires_grad and p.numel() == reference[key].numel:
+            candidate[key] = p
     if not candidate:
         return GradientCheck(None, 0, message="no parameter matched the reference by name")
-    largest = max(float(g.norm()) for g in reference.values()) or 1.0
+    largest = max(s.norm for s in reference.values()) or 1.0
     worst = None  # (badness, name, cosine, ratio)
-    for name, g in candidate.items():
-        ref = reference[name].to(torch.float64)
-        cand = (torch.zeros_like(ref) if g is None
-                else _whole(g.detach()).to("cpu", torch.float64))
-        ref_norm, cand_norm = float(ref.norm()), float(cand.norm())
+    for name, p in candidate.items():
+        ref = reference[name]
+        ref_values = ref.values.to(torch.float64)
+        if p.grad is None:
+            cand_norm, cand_values = 0.0, torch.zeros_like(ref_values)
+        else:
+            cand_norm, cand_values = _sampled(name, p.grad)
+        ref_norm = ref.norm
         if not math.isfinite(cand_norm):
             worst = (math.inf, name, math.nan, math.nan)
             break
         if ref_norm < NEGLIGIBLE * largest and cand_norm < NEGLIGIBLE * largest:
             continue
-        cosine = float((ref * cand).sum()) / (ref_norm * cand_norm) if ref_norm and cand_norm else 0.0
+        ref_sample, cand_sample = float(ref_values.norm()), float(cand_values.norm())
+        cosine = (float((ref_values * cand_values).sum()) / (ref_sample * cand_sample)
+                  if ref_sample and cand_sample else 0.0)
         ratio = cand_norm / ref_norm if ref_norm else math.inf
         # How far past its tolerance each figure is; the worst tensor is the one furthest out.
         badness = max((1 - cosine) / (1 - min_cos), abs(ratio - 1) / max_dev)

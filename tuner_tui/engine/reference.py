@@ -7,6 +7,7 @@ and which configurations can stand in for it. Torch-free (the parent processes u
 
 from __future__ import annotations
 
+from strategies import registry
 from strategies.config import TuneConfig
 
 LOSS_CHECK_STEPS = 8
@@ -14,12 +15,11 @@ LOSS_CHECK_STEPS = 8
 
 
 def computes_reference(config: TuneConfig) -> bool:
-    """Computes what the fp32 eager reference computes (attention, optimizer implementation,
-    checkpointing, micro-batches and a CPU-offloaded fp32 AdamW change how, not what), so its own
-    losses are the reference. A group's losses are checked against one process instead."""
-    return (config.precision == "fp32" and config.compile_mode == "off"
-            and not config.fused_kernels and config.weights == "fp32" and config.fp8 == "off"
-            and config.optimizer_state in ("fp32", "offload") and config.parallel == "none")
+    """Computes what the fp32 eager reference computes (every option at a value its
+    `SearchFacts.reference` lists: attention, the optimizer's implementation, checkpointing,
+    micro-batches and a CPU-offloaded fp32 AdamW change how, not what), so its own losses are
+    the reference. A group's losses are checked against one process instead."""
+    return registry.computes_reference(dict(config.values))
 
 
 def reference_key(config: TuneConfig, default_batch: int) -> tuple[int, float]:
@@ -34,3 +34,13 @@ def reference_configs(config: TuneConfig) -> tuple[TuneConfig, ...]:
     plain = TuneConfig.reference(config.batch_size).replace(grad_clip=config.grad_clip)
     checkpointed = plain.replace(checkpointing="full")
     return plain, checkpointed, checkpointed.replace(micro_batch_size=1)
+
+
+def check_losses(losses, reference, tolerance: float) -> tuple[bool | None, float | None]:
+    """The first losses against the reference's: (within `tolerance` relatively at every step,
+    the worst relative difference); (None, None) where there is nothing to compare."""
+    n = min(len(losses), len(reference), LOSS_CHECK_STEPS)
+    if n == 0:
+        return None, None
+    worst = max(abs(losses[i] - reference[i]) / abs(reference[i]) for i in range(n))
+    return worst <= tolerance, worst

@@ -20,6 +20,7 @@ import torch
 
 import strategies
 from strategies.config import ConfigError, TuneConfig
+from strategies.registry import NUMERICS, numerics_class
 from tuner_tui.engine.memory_parts import memory_parts
 from tuner_tui.engine.model_shape import model_shape
 from tuner_tui.engine.gradients import GradientCheck, compare
@@ -29,18 +30,18 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.workloads import Workload
 
-# Relative difference from the fp32 eager reference allowed per precision, over the first
-# LOSS_CHECK_STEPS steps. fp32 differs only by summation order (compile, SDPA vs manual);
-# tf32 keeps 10 mantissa bits; bf16 keeps 7; fp8 matmuls keep 3 (e4m3) and 2 (e5m2, the
-# gradients of torchao's tensorwise recipe): clean fp8 runs of the 1.3B HF Llama on the H200
-# differed by 2.7% and 3.3% (benchmarks/results/h200-2026-11-30/call6-fit-probe).
-LOSS_TOLERANCE = {"fp32": 2e-3, "tf32": 1e-2, "bf16": 3e-2, "fp16": 3e-2, "fp8": 6e-2}
+LOSS_TOLERANCE = {name: loss for name, (loss, _) in NUMERICS.items()}
+"""Relative difference from the fp32 eager reference allowed over the first LOSS_CHECK_STEPS
+losses, per numerics class (`strategies.registry.NUMERICS` says where the figures come from)."""
 
 
-def numerics(config) -> str:
-    """The precision whose tolerances the numerics gate applies: fp8 where float8 matmuls
-    run, else the configuration's precision."""
-    return "fp8" if getattr(config, "fp8", "off") != "off" else config.precision
+def numerics(config: TuneConfig) -> str:
+    """The numerics class whose tolerances the gate applies: the loosest among the
+    configuration's options (fp8 where float8 matmuls run, bf16 for bf16 weights or state, else
+    the precision)."""
+    return numerics_class(dict(config.values))
+
+
 HOST_AHEAD = 2
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from strategies.config import TuneConfig
-from strategies.registry import OPTIONS
+from strategies.registry import ACTIVATION_KEYS, OPTIONS
 from tuner_tui.engine.protocol import TrialResult, measured_peak
 from tuner_tui.engine.search.memory_prior import (
     ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes, shards,
@@ -24,9 +24,9 @@ CHECKPOINT_PRIOR = 1.0
 """Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
 so an unmeasured checkpointing mode is never assumed to fit where no checkpointing would not."""
 
-WEIGHT_BYTES = {"fp32": 4, "bf16": 2}
+WEIGHT_BYTES = OPTIONS["weights"].search.bytes_per_parameter
 """Bytes per parameter, and per gradient (gradients take the parameters' dtype), by `weights`."""
-STATE_BYTES = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}
+STATE_BYTES = OPTIONS["optimizer_state"].search.bytes_per_parameter
 """Bytes per parameter of AdamW's two moments on the training device, by `optimizer_state`
 (8-bit adds a scale per block of 256, under 1%; offload keeps them in host memory)."""
 
@@ -37,13 +37,6 @@ gather fp32, bf16 weights gather bf16 (`strategies.data_parallel.mixed_precision
 SKIP_MARGIN = 1.15
 """An estimate skips a trial only when it is this far over the budget: near it, the trial runs
 and is measured."""
-
-ACTIVATION_KEYS = ("precision", "weights", "attention", "fused_kernels", "fp8", "fp8_layers", "checkpointing",
-                   "checkpoint_every", "compile_mode", "compile_scope", "optimizer")
-"""The options that change what a run holds besides parameters, gradients and optimizer state
-(activations, logits and loss buffers, autocast's weight copies, compiled graphs' buffers, the
-optimizer's temporaries). Batch and micro-batch sizes scale it; the rest leave it alone."""
-
 
 @dataclass(frozen=True)
 class MemoryEstimate:
