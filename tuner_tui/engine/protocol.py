@@ -69,6 +69,9 @@ class RunTrial:
     """After the measured steps, profile this many more (0: none); the result's `profile`."""
     trace_path: str | None = None
     """Where to write the profiler's Chrome/Perfetto trace (with profile_steps)."""
+    reference_dir: str | None = None
+    """The reference cache's entry for this trial's batch (`reference_cache.py`): the sketch of
+    the fp32 reference's gradients is read from it, or computed once and written there."""
 
 
 @dataclass(frozen=True)

@@ -140,10 +140,12 @@ def run_one(
     reference: tuple[float, ...],
     progress: Progress,
     stop_if_slower_than_ms: float | None = None,
+    reference_dir: str | None = None,
 ) -> protocol.TrialResult:
     client.send(protocol.RunTrial(config, plan.steps, plan.warmup_steps, reference,
                                   stop_if_slower_than_ms=stop_if_slower_than_ms,
-                                  profile_steps=plan.profile_steps, trace_path=plan.trace_path))
+                                  profile_steps=plan.profile_steps, trace_path=plan.trace_path,
+                                  reference_dir=reference_dir))
     deadline = time.monotonic() + plan.trial_timeout_s
     progress.set("building")
     measured = 0

@@ -45,8 +45,8 @@ class Worker:
         """The rank processes of the current configuration if it has parallel != none
         (engine/group.py); kept while the next configuration has the same number of devices."""
         self.gradients: tuple[int, dict | None] | None = None
-        """(batch size, the fp32 reference's first-step gradients): the latest one only, as
-        it holds a copy of every gradient in host memory."""
+        """(batch size, the sketch of the fp32 reference's first-step
+        gradients): the latest one."""
         self.profile_request: protocol.ProfileRun | None = None
         """Taken on the live run once its measurement window is over."""
         self.compile_before: dict = {}
@@ -250,21 +250,41 @@ class Worker:
             "with full checkpointing: the loss of this run goes unchecked"))
         return ()
 
-    def reference_gradients(self, config: TuneConfig) -> dict | None:
-        """The fp32 reference's first-step gradients at this configuration's batch size,
-        computed here, before the candidate is built (gradients.py says why)."""
+    def reference_gradients(self, config: TuneConfig, cache_dir: str | None = None) -> dict | None:
+        """The sketch of the fp32 reference's first-step gradients at this configuration's batch
+        size (gradients.py): from the reference cache's entry `cache_dir` where a worker wrote it
+        before, else computed here, before the candidate is built, and written there."""
+        from pathlib import Path
+
+        from tuner_tui.engine.gradients import load_sketch, save_sketch, sketch
+        from tuner_tui.engine.reference_cache import GRADIENTS
         from tuner_tui.engine.reference_gradients import reference_gradients
 
         batch_size = config.batch_size or self.workload.default_batch_size
-        if self.gradients is None or self.gradients[0] != batch_size:
-            self.gradients = None  # the old copy goes before the new one is made
+        key = batch_size  # clipping acts in the optimizer step, after the gradients compared
+        if self.gradients is not None and self.gradients[0] == key:
+            return self.gradients[1]
+        self.gradients = None
+        path = Path(cache_dir) / GRADIENTS if cache_dir else None
+        sketched = load_sketch(path) if path is not None and path.exists() else None
+        if sketched is None:
             grads = reference_gradients(self.workload, batch_size, self.spec.seed, self.device)
             if grads is None:
                 self.emit(protocol.WorkerLog(
                     "warning", f"the fp32 reference's gradients at batch {batch_size} do not fit "
                     "in memory: the gradients of this run go unchecked"))
-            self.gradients = (batch_size, grads)
-        return self.gradients[1]
+            else:
+                sketched = sketch(grads)
+                del grads  # the whole gradients (up to the model's size) go before the run
+                if path is not None:
+                    try:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        save_sketch(path, sketched)
+                    except Exception as exc:  # the cache is a saving, never a failure
+                        self.emit(protocol.WorkerLog(
+                            "warning", f"the reference cache cannot be written: {exc}"))
+        self.gradients = (key, sketched)
+        return sketched
 
     # -- commands ------------------------------------------------------------------------------
     def run_trial(self, cmd: protocol.RunTrial) -> None:
@@ -272,7 +292,7 @@ class Worker:
         self.run_id += 1
         try:
             self.stop_live()
-            gradients = self.reference_gradients(cmd.config)
+            gradients = self.reference_gradients(cmd.config, cmd.reference_dir)
             trainer = self._new_run(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
             trainer.reference_gradients = gradients
             self._build_trainer(trainer)
