@@ -1,5 +1,7 @@
-"""The staged search: the history of one search's trials, and the strategy that proposes the
-next round of configurations from it. Torch-free."""
+"""The staged search as `gputune tune` ran it until 2026-12-02 (tuner_tui/engine/search/staged.py
+then), kept unchanged but for its imports as the baseline the simulated searches compare the
+anytime search against (tests/engine/test_search_simulated.py): its own history class and its
+greedy stages in a fixed order. Torch-free."""
 
 from __future__ import annotations
 

@@ -264,24 +264,24 @@ def remeasure_best(
     progress = Progress(out)
     trial = TrialPlan(remeasure.repeat_steps(plan.steps), plan.warmup_steps, plan.trial_timeout_s)
     next_worker = NextWorker(plan.spec)
-    client, _ = start_worker(plan.spec)
+    client = None
 
     def run(config: TuneConfig, index: int, total: int) -> protocol.TrialResult:
         nonlocal client
+        client, _ = next_worker.take()  # started beside the last run; at first, now
         progress.begin(index, total, config.label(), "re-measuring the leaders, interleaved")
-        if index < total:
-            next_worker.begin(client)
+        next_worker.begin(client)  # a third round may follow the last: a worker stands ready
         result = run_one(client, config, trial, (), progress)
         progress.end(summary(result))
         client.stop()
-        if index < total:
-            client, _ = next_worker.take()
+        client = None
         return result
 
     try:
         verdict = remeasure.remeasure(leading, run, plan.remeasure_repeats)
     finally:
-        client.stop()
+        if client is not None:
+            client.stop()
         next_worker.close()
     if verdict is None or verdict.winner is None:
         return best(results), verdict

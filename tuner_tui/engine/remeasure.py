@@ -2,8 +2,11 @@
 
 One measurement of a configuration is one process at one moment: a busy host, a warmer GPU or a
 lucky memory layout moves it by a few percent. So `tune` and `bench --export` run the leaders
-again, alternating, each run in a fresh worker, combine the repeats, and call a difference
-smaller than the combined spread a tie, which the simpler configuration wins. Torch-free.
+again, alternating, each run in a fresh worker with the trial's own warm-up and steps, and
+combine every run, the first measurement included. A difference smaller than the combined
+spread is a tie, which the simpler configuration wins. Runs of one configuration that disagree
+far beyond their spread were disturbed: no verdict is drawn from them. A verdict that overturns
+the first measurements' order by more than their spread needs one more round. Torch-free.
 """
 
 from __future__ import annotations
@@ -19,13 +22,17 @@ from tuner_tui.engine.protocol import TrialResult
 
 REPEATS = 2
 """Runs per leader: two alternations (A B A B) show the run-to-run spread at the least cost."""
-MAX_STEPS = 10
-"""Measured steps per repeat: a median of 10 steps is steady on a GPU; the repeats are extra."""
 MAX_LEADERS = 3
 LEADER_SPREADS = 3.0
 """A row is a leader when its tokens/s lie within this many combined spreads of the best ..."""
 MIN_LEADER_GAP = 0.03
 """... or within 3% of it: one process's step spread understates the run-to-run spread."""
+DISTURBED_SPREADS = 4.0
+"""A leader's runs (its first measurement and its repeats) that differ by more than this many
+of their own spreads ..."""
+DISTURBED_GAP = 0.06
+"""... and by more than 6% were disturbed (another process on the GPU, a throttling clock): no
+verdict is drawn from them."""
 
 
 def leaders(eligible: Sequence[TrialResult], limit: int = MAX_LEADERS) -> list[TrialResult]:
@@ -46,7 +53,8 @@ def leaders(eligible: Sequence[TrialResult], limit: int = MAX_LEADERS) -> list[T
 
 @dataclass
 class Remeasured:
-    """One leader: its first measurement and its interleaved repeats."""
+    """One leader: its first measurement and its interleaved repeats. The first measurement
+    counts as one run among them."""
 
     original: TrialResult
     repeats: list[TrialResult] = field(default_factory=list)
@@ -58,22 +66,37 @@ class Remeasured:
     def failed(self) -> TrialResult | None:
         return next((r for r in self.repeats if r.status != "ok" or not r.tokens_per_s), None)
 
+    def runs(self) -> list[TrialResult]:
+        return [self.original, *self.repeats]
+
     @property
     def tokens_per_s(self) -> float | None:
+        """The median of every run, the first included; None when a repeat failed."""
         if not self.repeats or self.failed() is not None:
             return None
-        return statistics.median(r.tokens_per_s for r in self.repeats)
+        return statistics.median(r.tokens_per_s for r in self.runs())
+
+    def within(self) -> float:
+        """The runs' own step spread (the median of theirs)."""
+        return statistics.median(noise.spread(r) or 0.0 for r in self.runs())
+
+    def variation(self) -> float:
+        """How far apart the runs are: their range relative to their median."""
+        values = [r.tokens_per_s for r in self.runs()]
+        return (max(values) - min(values)) / statistics.median(values)
 
     @property
     def spread(self) -> float:
-        """The larger of the repeats' own step spread (median of them) and the spread between
-        the repeats (half their range, relative to their median)."""
+        """The larger of the runs' own step spread and half their range (relative)."""
         if self.tokens_per_s is None:
             return 0.0
-        within = statistics.median(noise.spread(r) or 0.0 for r in self.repeats)
-        values = [r.tokens_per_s for r in self.repeats]
-        between = (max(values) - min(values)) / 2 / self.tokens_per_s
-        return max(within, between)
+        return max(self.within(), self.variation() / 2)
+
+    def disturbed(self) -> bool:
+        """The runs disagree beyond their own spread: something else moved them."""
+        if self.tokens_per_s is None:
+            return False
+        return self.variation() > max(DISTURBED_SPREADS * self.within(), DISTURBED_GAP)
 
     def to_dict(self) -> dict:
         return {
@@ -82,6 +105,7 @@ class Remeasured:
             "first_tokens_per_s": self.original.tokens_per_s,
             "tokens_per_s": self.tokens_per_s,
             "spread": self.spread if self.tokens_per_s else None,
+            "disturbed": self.disturbed(),
             "repeats": [
                 {"status": r.status, "tokens_per_s": r.tokens_per_s, "step_ms": r.step_ms,
                  "step_ms_q1": r.step_ms_q1, "step_ms_q3": r.step_ms_q3,
@@ -98,6 +122,8 @@ class Verdict:
     """The first measurement's row of the configuration that won; None: every repeat failed."""
     tie: bool = False
     fastest: Remeasured | None = None
+    disturbed: bool = False
+    """A leader's runs disagreed beyond their spread: the first measurements decided."""
 
     def text(self) -> str:
         """e.g. "re-measured interleaved: A 504k ±1.2%, B 498k ±0.9%: tie, A wins as the
@@ -105,11 +131,21 @@ class Verdict:
         figures = []
         for c in self.candidates:
             bad = c.failed()
-            figures.append(f"{c.label} {bad.status}" if bad is not None else
-                           f"{c.label} {fmt.si(c.tokens_per_s)} ±{c.spread:.1%}")
-        head = f"re-measured interleaved ({len(self.candidates[0].repeats)} runs each): " + ", ".join(figures)
+            if bad is not None:
+                figures.append(f"{c.label} {bad.status}")
+                continue
+            figure = f"{c.label} {fmt.si(c.tokens_per_s)} ±{c.spread:.1%}"
+            if c.disturbed():
+                figure += f" (its runs varied by {c.variation():.0%}: disturbed)"
+            figures.append(figure)
+        runs = max(len(c.repeats) for c in self.candidates)
+        head = (f"re-measured interleaved ({runs} more run{'s' if runs != 1 else ''} each, the "
+                "first counted): " + ", ".join(figures))
         if self.winner is None:
             return head + ": every repeat failed"
+        if self.disturbed:
+            return head + (f": disturbed, no verdict; the first measurements decide: "
+                           f"{self.winner.label}")
         if self.tie:
             simpler = "" if self.fastest is not None and self.fastest.original is self.winner \
                 else " as the simpler configuration"
@@ -126,21 +162,46 @@ class Verdict:
             "candidates": [c.to_dict() for c in self.candidates],
             "winner": self.winner.label if self.winner else None,
             "tie": self.tie,
+            "disturbed": self.disturbed,
             "text": self.text(),
         }
 
+    def contradicts_first(self) -> bool:
+        """The repeats name another winner than the first measurements did, and the first
+        measurements were not a tie: a third run must settle it."""
+        if self.winner is None or self.tie or self.disturbed:
+            return False
+        first = max(self.candidates, key=lambda c: c.original.tokens_per_s or 0)
+        if first.original is self.winner:
+            return False
+        mine = next(c for c in self.candidates if c.original is self.winner)
+        gap = 1 - (mine.original.tokens_per_s or 0) / first.original.tokens_per_s
+        return gap > noise.tie_gap(noise.spread(first.original) or 0,
+                                   noise.spread(mine.original) or 0)
+
+
+def _simplest(tied: list[Remeasured], speed) -> Remeasured:
+    return min(tied, key=lambda c: (noise.simplicity(c.original.config, c.original.peak_memory_bytes),
+                                    -speed(c)))
+
 
 def decide(candidates: list[Remeasured]) -> Verdict:
-    """The fastest of the repeats, unless a simpler one lies within the spread of it (a tie):
-    then the simplest of those tied (fewer options changed, then less peak memory)."""
+    """The fastest over all runs, unless a simpler one lies within the spread of it (a tie): then
+    the simplest of those tied (fewer options changed, then less peak memory). Where a leader's
+    runs were disturbed, no verdict: the first measurements decide, ties to the simpler."""
     ran = [c for c in candidates if c.tokens_per_s]
     if not ran:
         return Verdict(candidates, None)
+    if any(c.disturbed() for c in ran):
+        first = max(ran, key=lambda c: c.original.tokens_per_s)
+        tied = [c for c in ran if c is first or 1 - c.original.tokens_per_s / first.original.tokens_per_s
+                < noise.tie_gap(noise.spread(c.original) or 0, noise.spread(first.original) or 0)]
+        winner = _simplest(tied, lambda c: c.original.tokens_per_s)
+        return Verdict(candidates, winner.original, tie=len(tied) > 1, fastest=first, disturbed=True)
     fastest = max(ran, key=lambda c: c.tokens_per_s)
     tied = [c for c in ran if c is fastest
             or 1 - c.tokens_per_s / fastest.tokens_per_s < noise.tie_gap(c.spread, fastest.spread)]
-    winner = min(tied, key=lambda c: (noise.simplicity(c.original.config, c.original.peak_memory_bytes),
-                                      -c.tokens_per_s))
+    winner = _simplest(tied, lambda c: c.tokens_per_s)
     return Verdict(candidates, winner.original, tie=len(tied) > 1, fastest=fastest)
 
 
@@ -148,60 +209,33 @@ def remeasure(
     leading: Sequence[TrialResult],
     run: Callable[[TuneConfig, int, int], TrialResult],
     repeats: int = REPEATS,
+    third: bool = True,
 ) -> Verdict | None:
     """Run each leader `repeats` times, alternating (A B A B ...); `run(config, index, total)`
-    measures one configuration in a fresh worker. None with fewer than two leaders."""
+    measures one configuration in a fresh worker. Where the repeats overturn the first
+    measurements' order by more than their spread, one more round decides (if `third`). None
+    with fewer than two leaders."""
     if len(leading) < 2 or repeats < 1:
         return None
     candidates = [Remeasured(r) for r in leading]
     total = repeats * len(candidates)
     index = 0
-    for _ in range(repeats):
+
+    def round_(total: int) -> None:
+        nonlocal index
         for c in candidates:
             index += 1
             c.repeats.append(run(c.original.tune_config, index, total))
-    return decide(candidates)
 
-
-def expected_s(result: TrialResult, wall_s: dict[str, float]) -> float:
-    """Seconds one more run of this row is expected to take: its first run's wall time where
-    this search measured it (worker start and compile included), else its compile time and
-    steps (a row reused from the store)."""
-    if result.label in wall_s:
-        return wall_s[result.label]
-    steps = MAX_STEPS + 2  # the repeat's steps and a warm-up
-    return (result.compile_s or 0.0) + steps * (result.step_ms or 0.0) / 1e3
-
-
-def cost_s(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int) -> float:
-    """Seconds re-measuring these leaders `repeats` times each is expected to take."""
-    return repeats * sum(expected_s(r, wall_s) for r in leading)
-
-
-def reserve_s(eligible: Sequence[TrialResult], wall_s: dict[str, float], repeats: int) -> float:
-    """Seconds a time budget must still hold for one more trial to start: the trial itself (a
-    typical trial of this search) and, since it may become a leader, re-measuring it beside the
-    best so far, or the two leaders of now where that costs more. Without the trial's own share
-    a trial started with seconds left (seen on the H200: the last trial began 4 s before the
-    end, became a leader, and nothing was re-measured). 0 until a trial is eligible (fits and
-    keeps the loss): until one does, finding it is worth the whole budget."""
-    leading = leaders(eligible)[:2]
-    if not leading or not wall_s:
-        return 0.0
-    typical = statistics.median(wall_s.values())
-    beside_best = repeats * (expected_s(leading[0], wall_s) + typical)
-    return typical + max(beside_best, cost_s(leading, wall_s, repeats))
-
-
-def within_time(leading: Sequence[TrialResult], wall_s: dict[str, float], repeats: int,
-                seconds: float) -> list[TrialResult]:
-    """The leaders, best first, whose repeats fit in `seconds` together; [] when even the first
-    two do not (then nothing is re-measured)."""
-    count = 0
-    while count < len(leading) and cost_s(leading[:count + 1], wall_s, repeats) <= seconds:
-        count += 1
-    return list(leading[:count]) if count >= 2 else []
+    for _ in range(repeats):
+        round_(total)
+    verdict = decide(candidates)
+    if third and verdict.contradicts_first():
+        round_(total + len(candidates))
+        verdict = decide(candidates)
+    return verdict
 
 
 def repeat_steps(steps: int) -> int:
-    return max(1, min(steps, MAX_STEPS))
+    """A repeat measures as many steps as the trial did, after the same warm-up."""
+    return max(1, steps)

@@ -1,18 +1,24 @@
 """`gputune tune`: the search, one concern per module.
 
 - `space`: the candidate values of each option and which configurations are the same run;
-- `memory`: measured and estimated peaks, the Pareto front, memory sizes the user types;
-- `staged`: the history of one search and the staged strategy that proposes the next round;
-- `driver`: the search itself (`Search`, `SearchPlan`), trial by trial in fresh workers;
+- `memory`, `memory_prior`, `fit`: measured and estimated peaks, the chance to fit a budget;
+- `priors`: what a move is expected to do to throughput, learned as trials are measured;
+- `timing`: how long a trial will take;
+- `expert`: the recipe an expert would write, measured right after the baseline;
+- `anytime`: the strategy, the next trial by expected gain per second;
+- `history`: the trials of one search;
+- `executor`: where trials run (fresh workers);
+- `driver`: the search itself (`Search`, `SearchPlan`): time budget, references, re-measure;
 - `report`: the outcome, why the recommendation won, the report, JSON and export.
 
 The names the CLI, the dashboard and the tests use are re-exported here.
 """
 
+from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal, SearchStrategy
 from tuner_tui.engine.search.driver import (
-    REUSABLE, TRIAL_GRACE_S, Search, SearchPlan, compile_cache_environ, default_memory_budget,
-    workload_key,
+    REUSABLE, Search, SearchPlan, compile_cache_environ, default_memory_budget, workload_key,
 )
+from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import (
     CHECKPOINT_PRIOR, estimate_peak, measured_peak, pareto_front, parse_bytes,
 )
@@ -20,12 +26,11 @@ from tuner_tui.engine.search.report import SearchOutcome, explain, export, repor
 from tuner_tui.engine.search.space import (
     DEFAULT_CHOICES, KERNEL_SETS, SearchSpace, default_space, parse_choices,
 )
-from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch, config_key
 
 __all__ = [
-    "CHECKPOINT_PRIOR", "DEFAULT_CHOICES", "History", "KERNEL_SETS", "REUSABLE", "Search",
-    "SearchOutcome", "SearchPlan", "SearchSpace", "SearchStrategy", "StagedSearch",
-    "TRIAL_GRACE_S", "compile_cache_environ", "config_key", "default_memory_budget",
+    "AnytimeSearch", "CHECKPOINT_PRIOR", "DEFAULT_CHOICES", "History", "KERNEL_SETS",
+    "Proposal", "REUSABLE", "Search", "SearchOutcome", "SearchPlan", "SearchSpace",
+    "SearchStrategy", "compile_cache_environ", "config_key", "default_memory_budget",
     "default_space", "estimate_peak", "explain", "export", "measured_peak", "pareto_front",
     "parse_bytes", "parse_choices", "report", "workload_key", "write_json",
 ]

@@ -1,61 +1,78 @@
-"""`gputune tune`: search the configurations for the fastest one that keeps the loss.
+"""`gputune tune`: search the configurations for the fastest one that keeps the numerics, within
+a memory budget and a time budget, holding a good answer at every moment.
 
-The search runs in the parent process, which imports no torch. Every trial runs in a fresh worker
-process (`runner.run_one`), so a trial that runs out of memory, diverges, fails to compile or
-kills its process is marked and the search goes on. Around the trials:
+The search runs in the parent process, which imports no torch; every trial runs in a fresh worker
+(`executor.py`). The strategy (`anytime.py`) proposes the baseline, the expert's recipe, then
+always the candidate with the highest expected gain per second. Around it, this module:
 
-- the space (`space.py`): each option restricted to what this machine can run;
-- a strategy (`staged.py`) proposes configurations in rounds from the results so far;
-- a memory budget: a trial whose estimated peak (`memory.estimate_peak`) exceeds it is skipped
-  before it runs; a time budget: no trial starts after it;
-- early stop: a trial clearly slower than the best so far is stopped after a few measured steps;
-- the result store: a trial measured before on this machine is reused, not run again;
-- one Inductor cache directory under the gputune home shared by every trial;
-- a correctness gate: only a trial that ran (`ok`), kept the fp32 reference's loss and its
-  first-step gradients can be recommended (`report.py` says why it won);
-- the leaders re-measured interleaved before the winner is named (`remeasure.py`): a difference
-  within the spread is a tie, won by the simpler configuration.
+- reuses a trial measured before on this machine with this code (the result store);
+- gives each trial the fp32 reference's losses, run once per workload, batch and machine and
+  kept on disk (`reference_cache.py`), and its worker the reference's gradient sketch;
+- stops a trial early once it is clearly slower than the best so far;
+- keeps back the time the leaders' interleaved re-measurement will need (`remeasure.py`), runs
+  it when the search's next trial would eat into that time, and gives what is left after it
+  back to the search: the time budget ends with at most one trial's worth unused;
+- turns anything that goes wrong with one candidate (a refused combination, an estimate that
+  cannot be made, a crash, a hang past its timeout, an error of the search itself) into a row
+  with its reason, and every exit (the time budget, Ctrl-C, an internal error) into an
+  outcome that the report, the JSON and the export are written from;
+- keeps a time line: when each trial started and ended, why it was tried, and the best so far.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
-from tuner_tui.engine.protocol import WorkerSpec
-from tuner_tui.engine.progress import Progress
-from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine import remeasure
+from tuner_tui.engine.paths import compile_cache_environ
+from tuner_tui.engine.progress import Progress
+from tuner_tui.engine.protocol import TrialResult, WorkerSpec
+from strategies.registry import NUMERICS, numerics_class
 from tuner_tui.engine.reference import (
-    LOSS_CHECK_STEPS, computes_reference, reference_configs, reference_key,
+    LOSS_CHECK_STEPS, check_losses, computes_reference, reference_configs, reference_key,
 )
-from tuner_tui.engine.runner import (
-    NextWorker, TrialPlan, WorkerStartError, best, run_one, start_worker, trace_path,
-)
+from tuner_tui.engine.reference_cache import ReferenceCache
+from tuner_tui.engine.runner import TrialPlan, best, trace_path
+from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal
+from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor
+from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.memory import (
-    SKIP_MARGIN, checkpoint_ratios, estimate, estimate_peak, measured_peak, micro_batch,
-    pareto_front, prior_estimate,
+    estimate, measured_peak, parameter_count, pareto_front, prior_estimate,
 )
+from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_pairs
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
 from tuner_tui.engine.search.space import SearchSpace, default_space
-from tuner_tui.engine.search.staged import History, SearchStrategy, StagedSearch
-from tuner_tui.engine.paths import compile_cache_environ
+from tuner_tui.engine.search.timing import TrialTimes
 from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, workload_key
 from tuner_tui.engine.table import summary
 
-TRIAL_GRACE_S = 300.0
-"""The least time a trial started inside the time budget is given before it is stopped."""
-
 REUSABLE = STORE_REUSABLE + ("stopped",)
 """Statuses of stored trials that a later search reuses: the store's, and a trial stopped early
 as clearly slower than the best."""
+REMEASURED_LEADERS = 2
+"""The leaders re-measured: the best and the closest one behind it."""
+FIRST_STEPS_MIN = 5
+"""The fewest measured steps a trial's first measurement takes (where --steps allows)."""
+SURPRISE_SDS = 4.0
+"""A trial measured this many of its prediction's deviations (and 5%) below what was expected
+of it runs once more before it is believed: a disturbed run (another process on the GPU, a
+clock throttled for the run) must not close a direction the priors said pays."""
+TIMEOUT_FLOOR_S = 60.0
+"""The least a trial is given before it counts as hung, whatever its estimate."""
+WARM_COMPILE = 0.2
+"""A re-measured configuration compiles again from the Inductor cache: about this share of its
+first compile (GPT-2 124M on the H200: 2-3 s against 22-25 s)."""
+
 
 @dataclass
 class SearchPlan:
@@ -65,8 +82,9 @@ class SearchPlan:
     max_memory_bytes: int | None = None
     """None: the GPU's memory, or the available RAM on the CPU."""
     budget_s: float | None = None
-    """No trial starts after this many seconds; None: no limit."""
+    """The search's time, the leaders' re-measurement included; None: no limit."""
     trial_timeout_s: float = 900.0
+    """The most a trial is given; less where its estimate says it should take far less."""
     fixed: dict = field(default_factory=dict)
     """Options held at one value (`--set`)."""
     choices: dict = field(default_factory=dict)
@@ -75,372 +93,621 @@ class SearchPlan:
     """Configurations (TuneConfig) measured first, side by side with the search, such as the
     one the user trains with now; the report gives the recommendation's speed against each."""
     profile_steps: int = 0
-    """Steps profiled after each trial's measured ones (`--profile`); 0: none. The stages
-    then go first to what addresses the best's bottleneck (`StagedSearch`)."""
+    """Steps profiled after each trial's measured ones (`--profile`); 0: none. Moves that
+    address the best's bottleneck then weigh more."""
     trace_dir: str | None = None
-    early_stop_ratio: float = 1.5
+    early_stop_ratio: float = 1.25
     """A trial whose throughput after a few steps is below the best's divided by this stops."""
-    early_stop_after: int = 3
     remeasure_repeats: int = remeasure.REPEATS
     """Interleaved runs per leader before the winner is named; 0: none."""
     fresh: bool = False
     """Measure every trial again: stored results are not reused (new ones are still stored)."""
 
 
+@dataclass
+class Event:
+    """One entry of the time line."""
+
+    index: int
+    kind: str
+    """trial, reference (the fp32 reference's losses at a new batch), compare, remeasure."""
+    label: str
+    status: str
+    how: str
+    """ran, reused (from the store), error."""
+    why: str
+    started_s: float
+    ended_s: float
+    tokens_per_s: float | None
+    best_label: str | None
+    best_tokens_per_s: float | None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
 class Search:
-    """One run of the search. `runner` runs one trial in a worker (run_one; tests count
-    the trials through it)."""
+    """One run of the search. `executor` runs the trials (workers by default; a simulated
+    machine in the tests), `clock` tells the time (a virtual one in the tests)."""
 
     def __init__(
         self,
         plan: SearchPlan,
         store: ResultStore,
         out: TextIO = sys.stdout,
-        strategy: Callable[[SearchSpace], SearchStrategy] = StagedSearch,
-        runner: Callable[..., TrialResult] = run_one,
+        executor: TrialExecutor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        references: ReferenceCache | None = None,
         on_trial: Callable[[TrialResult, str], None] | None = None,
+        strategy: Callable[["Search"], AnytimeSearch] | None = None,
     ) -> None:
         self.plan = plan
         self.store = store
         self.out = out
-        self.make_strategy = strategy
-        self.runner = runner
-        self.on_trial = on_trial
-        self.progress = Progress(out)
         environ = {**compile_cache_environ(), **dict(plan.spec.environ)}
         self.spec = replace(plan.spec, environ=tuple(environ.items()))
-        self.counts = {"ran": 0, "reused": 0, "skipped": 0}
+        self.executor = executor if executor is not None else WorkerExecutor(self.spec)
+        self.clock = clock
+        self.references = references if references is not None else ReferenceCache()
+        self.on_trial = on_trial
+        self.make_strategy = strategy
+        """Builds the strategy once the space is known (default: the anytime search); the
+        simulation compares others under the same driver."""
+        self.progress = Progress(out)
+        self.counts = {"ran": 0, "reused": 0, "skipped": 0, "error": 0}
         self.order: list[TrialResult] = []
+        self.timeline: list[Event] = []
+        self.compared: list[TrialResult] = []
         self.out_of_time = False
         self.interrupted = False
-        self._next = NextWorker(self.spec)
-        self.compared: list[TrialResult] = []
-        self._pending = 0
-        self.verdict: remeasure.Verdict | None = None
+        self.error = ""
+        self.verdicts: list[remeasure.Verdict] = []
+        self.remeasured_sets: list[frozenset[str]] = []
         self.remeasure_note = ""
-        self.wall_s: dict[str, float] = {}
-        """Each trial's wall time in this search (worker start, compile and steps), by label:
-        what re-measuring it would cost, which the time budget keeps in reserve."""
+        self.unchecked_note = ""
+        self.reference_losses: dict[tuple[int, float], tuple[float, ...]] = {}
+        self.history: History | None = None
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
-        self.started = time.monotonic()
-        client, ready = start_worker(self.spec)
-        self._next.keep(client, ready)  # the first trial runs in the worker that described the machine
+        self.started = self.clock()
         try:
-            self.caps = Capabilities(**ready.capabilities)
-            self.environment = ready.environment
-            self.workload = ready.workload
-            self.default_batch = self.workload["default_batch_size"]
-            self.workload_key = workload_key(self.workload)
-            self.space = default_space(
-                self.caps, self.default_batch, self.plan.fixed, self.plan.choices
-            )
-            start = self.space.start()
-            start.check_runnable(self.caps)
-            # The batch the devices and the micro-batch must divide is known only now.
-            start.accumulation_steps(start.batch_size or self.default_batch)
-            check_devices(self.space.devices, self.caps.device, self.environment)
-            # Per device: with several, each rank's peak counts against the budget.
-            self.budget_bytes = (
-                self.plan.max_memory_bytes
-                or default_memory_budget(self.environment, self.space.devices)
-            )
-            self.history = History(self.space, self.budget_bytes)
-            self.strategy = self.make_strategy(self.space)
-            print(f"searching {self.space.describe() or 'one configuration'} "
-                  f"(memory budget {fmt.gib(self.budget_bytes)}"
-                  + budget_scope(self.caps.device, self.space.devices)
-                  + (f", time budget {self.plan.budget_s / 60:g} min" if self.plan.budget_s else "")
-                  + ")", file=self.out, flush=True)
-            compare = [self._at_run_batch(c) for c in self.plan.compare]
-            for config in compare:
-                config.check_runnable(self.caps)
-            try:
-                self._search(compare)
-            except KeyboardInterrupt:
-                # Ctrl-C, SIGTERM or SIGHUP (the CLI raises it for all three): the trial under
-                # way is dropped, and what was measured is reported rather than lost.
-                self.interrupted = True
-                print("interrupted: the trials measured so far are reported", file=self.out,
-                      flush=True)
+            ready = self.executor.start()
+            self._setup(ready)
+        except BaseException:
+            self.executor.close()
+            raise
+        try:
+            self._search()
+        except KeyboardInterrupt:
+            # Ctrl-C, SIGTERM or SIGHUP (the CLI raises it for all three): the trial under
+            # way is dropped, and what was measured is reported rather than lost.
+            self.interrupted = True
+            self._say("interrupted: the trials measured so far are reported")
+        except Exception as exc:  # a fault of the search itself: what it measured still counts
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.error_trace = traceback.format_exc()
+            self._say(f"the search stopped on an internal error ({self.error}); the trials "
+                      "measured so far are reported")
         finally:
-            self._next.close()
+            self.executor.close()
         return self._outcome()
 
-    def _search(self, compare: list[TuneConfig]) -> None:
-        """The compared configurations, the strategy's rounds until done or out of time, then
-        the leaders re-measured."""
-        self.compared = [self.evaluate(self.space.canonical(c), aside=True) for c in compare]
-        while not self.out_of_time:
-            round_ = self.strategy.propose(self.history)
-            if not round_:
-                break
-            for i, config in enumerate(round_):
-                self._pending = len(round_) - i - 1
-                reserve = self._reserve()
-                if self._time_left() <= reserve:
-                    self.out_of_time = True
-                    kept = (f" (the last {fmt.clock(reserve)} kept for a trial and re-measuring "
-                            "the leaders)" if reserve else "")
-                    print(f"time budget of {self.plan.budget_s / 60:g} min reached{kept}; "
-                          "the remaining trials were not run", file=self.out, flush=True)
-                    break
-                self.evaluate(config, use_estimate=not self.strategy.must_run(config))
-        self.verdict = self._remeasure_leaders()
+    def _say(self, line: str) -> None:
+        try:
+            print(line, file=self.out, flush=True)
+        except (OSError, ValueError):  # a closed terminal must not lose the report's files
+            pass
 
-    def _reserve(self) -> float:
-        """Seconds the time budget must hold for the next trial to start: the trial and the
-        re-measurement of the leaders it may join (`remeasure.reserve_s`); 0 without a budget
-        or a re-measure."""
-        if not self.plan.budget_s or self.plan.remeasure_repeats < 1:
-            return 0.0
-        return remeasure.reserve_s(self.history.eligible(), self.wall_s,
-                                   self.plan.remeasure_repeats)
+    def _setup(self, ready) -> None:
+        """What the first worker found, checked before any trial: a bad `--set`, `--search` or
+        `--compare` is refused here (ConfigError: one line, exit 2)."""
+        plan = self.plan
+        self.caps = Capabilities(**ready.capabilities)
+        self.environment = ready.environment
+        self.workload = ready.workload
+        self.default_batch = self.workload["default_batch_size"]
+        self.workload_key = workload_key(self.workload)
+        self.space = default_space(self.caps, self.default_batch, plan.fixed, plan.choices,
+                                   inapplicable=self.workload.get("inapplicable") or {})
+        start = self.space.start()
+        start.check_runnable(self.caps)
+        # The batch the devices and the micro-batch must divide is known only now.
+        start.accumulation_steps(start.batch_size or self.default_batch)
+        check_devices(self.space.devices, self.caps.device, self.environment)
+        self.compare = [self._at_run_batch(c) for c in plan.compare]
+        for config in self.compare:
+            config.check_runnable(self.caps)
+            config.accumulation_steps(config.batch_size or self.default_batch)
+        # Per device: with several, each rank's peak counts against the budget.
+        self.budget_bytes = plan.max_memory_bytes or default_memory_budget(
+            self.environment, self.space.devices)
+        self.history = History(self.space, self.budget_bytes)
+        ctx = Context(self.caps.device, False, self.default_batch)
+        self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
+        self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps)
+        self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
+            self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
+            budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,
+            time_available=self._time_available, reference_ready=self._reference_known)
+        self._say(f"searching {self.space.describe() or 'one configuration'} "
+                  f"(memory budget {fmt.gib(self.budget_bytes)}"
+                  + budget_scope(self.caps.device, self.space.devices)
+                  + (f", time budget {plan.budget_s / 60:g} min" if plan.budget_s else "") + ")")
+
+    def _store_pairs(self):
+        """What this machine's store has measured of each lever, on any workload."""
+        try:
+            rows = self.store.past(self.environment, limit=2000)
+        except Exception:  # a store that cannot be read teaches nothing; it never stops a search
+            return []
+        by_key: dict[str, list[TrialResult]] = {}
+        for row in rows:
+            by_key.setdefault(row.workload, []).append(row.result)
+        large = {key: (None if (n := parameter_count(rs)) is None else n >= LARGE_MODEL)
+                 for key, rs in by_key.items()}
+        try:
+            return store_pairs(((row.workload, row.result) for row in rows), self.workload_key,
+                               False, self.space.canonical, lambda key: large.get(key))
+        except Exception:
+            return []
+
+    def _search(self) -> None:
+        for config in self.compare:
+            self.compared.append(self.evaluate(self.space.canonical(config), "--compare",
+                                               kind="compare"))
+        while True:
+            proposal = self.strategy.next(self.history)
+            if proposal is None:
+                if self._remeasure_due() and self._remeasure():
+                    continue  # the time left after it goes back to the search
+                break
+            result = self.evaluate(proposal.config, proposal.why, proposal=proposal)
+            result = self._confirm_surprise(proposal, result)
+            self._check_later(proposal.config, result)
+            if proposal.config == self.space.start() and not (result.status == "ok" and result.losses):
+                # The baseline gave no losses (and perhaps no peak): the reference runs now, so
+                # that the expert's recipe is fitted to the budget from a measured peak.
+                self._reference_for(self.space.start().replace(precision="bf16")
+                                    if "bf16" in self.space.values("precision")
+                                    else self.space.start().replace(compile_mode="default"))
+        if self.plan.budget_s and self._time_left() < self._typical_trial_s():
+            self.out_of_time = True
+
+    def _learn_size(self) -> None:
+        """Once a trial counted the parameters: the priors of large models apply, or not."""
+        n = parameter_count(self.history.all())
+        if n is not None and self.times.params is None:
+            self.times.params = n
+            ctx = Context(self.caps.device, n >= LARGE_MODEL, self.default_batch)
+            self.priors.ctx = ctx
+            self.strategy.ctx = ctx
+
+    # -- time ----------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.clock() - self.started
 
     def _time_left(self) -> float:
         if not self.plan.budget_s:
             return math.inf
-        return self.plan.budget_s - (time.monotonic() - self.started)
+        return self.plan.budget_s - self.elapsed()
 
-    def evaluate(self, config: TuneConfig, use_estimate: bool = True, aside: bool = False,
-                 limit: int | None = None) -> TrialResult:
-        """Decide one configuration: reuse it from this search or the store, skip it by the
-        memory estimate (against `limit`, by default the budget), or run it in a fresh worker."""
+    def _time_available(self) -> float | None:
+        """Seconds the next trial may take: the time left less what re-measuring the leaders
+        will need, where it can still be done (None without a time budget)."""
+        if not self.plan.budget_s:
+            return None
+        left = self._time_left()
+        plan = self._remeasure_plan(left) if self._remeasure_due() else None
+        return left - (plan[2] if plan else 0.0)
+
+    def _typical_trial_s(self) -> float:
+        walls = [e.ended_s - e.started_s for e in self.timeline if e.how == "ran"]
+        return statistics.median(walls) if walls else 0.0
+
+    def _repeat_s(self, r: TrialResult) -> float:
+        """One more run of a measured configuration, compiled again from the cache."""
+        first = (r.compile_s or 0.0) * (WARM_COMPILE if r.tune_config.compile_mode != "off" else 1)
+        steps = self.plan.warmup_steps + remeasure.repeat_steps(self.plan.steps)
+        return self.times.start_s() + first + steps * (r.step_ms or 0.0) / 1e3
+
+    # -- re-measuring the leaders ----------------------------------------------------------------
+    def _leaders(self) -> list[TrialResult]:
+        return remeasure.leaders(self.history.eligible(), limit=REMEASURED_LEADERS)
+
+    def _remeasure_due(self) -> bool:
+        if self.plan.remeasure_repeats < 1:
+            return False
+        leading = self._leaders()
+        return len(leading) >= 2 and frozenset(r.label for r in leading) not in self.remeasured_sets
+
+    def _remeasure_plan(self, left: float) -> tuple[list[TrialResult], int, float] | None:
+        """The leaders, the repeats each and the seconds it takes: the plan's repeats where
+        they fit in `left`, else fewer; None where not even one round of two leaders fits."""
+        leading = self._leaders()
+        for repeats in range(self.plan.remeasure_repeats, 0, -1):
+            cost = repeats * sum(self._repeat_s(r) for r in leading)
+            if cost <= left:
+                return leading, repeats, cost
+        return None
+
+    def _remeasure(self) -> bool:
+        """Re-measure the leaders, as many rounds as fit in the time left; False where not even
+        one fits (then the first measurements decide, and the report says so)."""
+        leading = self._leaders()
+        self.remeasured_sets.append(frozenset(r.label for r in leading))
+        left = self._time_left()
+        plan = self._remeasure_plan(left)
+        if plan is None:
+            needed = sum(self._repeat_s(r) for r in leading)
+            self.remeasure_note = (
+                f"time budget: the leaders were not re-measured ({fmt.clock(max(0.0, left))} "
+                f"left, about {fmt.clock(needed)} needed); the first measurements decide")
+            self._say(self.remeasure_note)
+            return False
+        leading, repeats, cost = plan
+        third = cost + cost / repeats <= left
+        steps = remeasure.repeat_steps(self.plan.steps)
+
+        def run(config: TuneConfig, index: int, total: int) -> TrialResult:
+            began = self.elapsed()
+            self.progress.begin(index, total, config.label(), "re-measuring the leaders, "
+                                "interleaved")
+            try:
+                original = self.history.get(config)
+                expected = self._repeat_s(original) if original is not None else 0.0
+                result = self._run(config, (), steps, early_stop=False,
+                                   timeout=self._timeout(expected))
+            except Exception as exc:
+                result = _error_row(config, exc)
+            self._end(summary(result))
+            self.timeline.append(Event(len(self.timeline) + 1, "remeasure", result.label,
+                                       result.status, "ran", "re-measuring the leaders", began,
+                                       self.elapsed(), result.tokens_per_s, *self._best_now()))
+            return result
+
+        verdict = remeasure.remeasure(leading, run, repeats, third=third)
+        if verdict is not None:
+            self.verdicts.append(verdict)
+            self._say(verdict.text())
+        return True
+
+    # -- one configuration -----------------------------------------------------------------------
+    def evaluate(self, config: TuneConfig, why: str, kind: str = "trial",
+                 proposal: Proposal | None = None, steps: int | None = None) -> TrialResult:
+        """Decide one configuration: reuse it from this search or the store, or run it in a
+        fresh worker. Whatever goes wrong becomes its row."""
         done = self.history.get(config)
         if done is not None:
             return done
-        steps = self._steps_for(config)
+        began = self.elapsed()
+        try:
+            result, how = self._decide(config, why, proposal, steps)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            self._end(f"error: {type(exc).__name__}: {exc}")
+            result, how = _error_row(config, exc), "error"
+        ended = self.elapsed()
+        self.history.add(config, result)
+        self.order.append(result)
+        self.counts[how] = self.counts.get(how, 0) + 1
+        if how == "ran":
+            try:
+                self.strategy.observe(config, result, ended - began, self.history)
+            except Exception:  # learning from a trial is a saving, never a failure
+                pass
+        self._keep_reference(config, result)
+        self._learn_size()
+        self.timeline.append(Event(len(self.timeline) + 1, kind, result.label, result.status, how,
+                                   why, began, ended, result.tokens_per_s, *self._best_now()))
+        if self.on_trial is not None:
+            self.on_trial(result, how)
+        return result
+
+    def _best_now(self) -> tuple[str | None, float | None]:
+        top = self.history.best() if self.history is not None else None
+        return (top.label, top.tokens_per_s) if top is not None else (None, None)
+
+    def _decide(self, config: TuneConfig, why: str, proposal: Proposal | None,
+                steps: int | None) -> tuple[TrialResult, str]:
+        steps = self._steps_for(config) if steps is None else steps
         stored = None if self.plan.fresh else self.store.lookup(
             self.workload_key, config.to_dict(), steps, self.plan.warmup_steps, self.environment)
         # With --profile, a stored row that ran without a profile is measured again, with one.
         unprofiled = (self.plan.profile_steps and stored is not None
                       and stored.result.status == "ok" and not stored.result.profile)
         if stored is not None and stored.result.status in REUSABLE and not unprofiled:
-            self._begin(config)
-            self.progress.end(
-                "skipped as measured (in the store): " + summary(stored.result)
-            )
-            return self._decided(config, stored.result, "reused", aside)
-        # The estimate first: a configuration that will not run needs no reference either.
-        # It skips only what is clearly over (SKIP_MARGIN); near the limit the trial runs.
-        limit = self.budget_bytes if limit is None else limit
-        estimated = estimate(config, self.history.all(), self.default_batch)
-        if use_estimate and self._clearly_over(estimated, limit):
-            return self._skip(config, estimated, limit, aside)
+            self._begin(config, why)
+            self._end("skipped as measured (in the store): " + summary(stored.result))
+            return stored.result, "reused"
+        estimated = self._estimate(config)
         reference = self._reference_for(config)
-        if estimated is None:
-            # The reference was the first trial measured: the estimate can start from it (else
-            # the search's first candidate ran with none, seen on the H200).
-            estimated = estimate(config, self.history.all(), self.default_batch)
-            if use_estimate and self._clearly_over(estimated, limit):
-                return self._skip(config, estimated, limit, aside)
-        self._begin(config)
-        began = time.monotonic()
-        result = self._run(config, reference, steps)
-        self.wall_s[result.label] = time.monotonic() - began
+        self._begin(config, why)
+        seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
+            self.times.trial_s(config, None)
+        result = self._run(config, reference, steps, timeout=self._timeout(seconds))
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
             result = replace(result, memory_estimate=estimated.to_dict())
         self.store.record(result, self.environment, self.workload_key, steps,
                           self.plan.warmup_steps)
-        self.progress.end(summary(result) + _compile_note(result))
-        return self._decided(config, result, "ran", aside)
+        self._end(summary(result) + _compile_note(result))
+        return result, "ran"
 
-    @staticmethod
-    def _clearly_over(estimated, limit: int) -> bool:
-        return (estimated is not None and estimated.certain
-                and estimated.total > limit * SKIP_MARGIN)
+    def _timeout(self, expected_s: float) -> float:
+        """When a trial expected to take `expected_s` counts as hung: three times that (a first
+        compile is hard to predict), at least TIMEOUT_FLOOR_S, and within a time budget no
+        later than its end plus the trial's expected time."""
+        timeout = min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
+        if self.plan.budget_s:
+            timeout = min(timeout, max(0.0, self._time_left()) + max(TIMEOUT_FLOOR_S, expected_s))
+        return timeout
 
-    def _skip(self, config: TuneConfig, estimated, limit: int, aside: bool) -> TrialResult:
-        result = TrialResult(
-            config=config.to_dict(), label=config.label(), status="skipped",
-            workload=self.workload["name"], device=self.caps.device,
-            batch_size=config.batch_size or self.default_batch,
-            memory_estimate=estimated.to_dict(),
-            message=f"estimated peak {fmt.gib(estimated.total)} > memory budget "
-                    f"{fmt.gib(limit)}{budget_scope(self.caps.device, config.devices)} by "
-                    f"more than {SKIP_MARGIN - 1:.0%}",
-        )
-        self._begin(config)
-        self.progress.end(f"skipped: {result.message}")
-        return self._decided(config, result, "skipped", aside)
+    def _estimate(self, config: TuneConfig):
+        try:
+            return estimate(config, self.history.all(), self.default_batch)
+        except Exception:
+            return None
 
-    def _begin(self, config: TuneConfig) -> None:
+    def _begin(self, config: TuneConfig, why: str) -> None:
         index = len(self.order) + 1
-        total = index + self._pending + self.strategy.remaining(self.history)
-        best = self.history.best()
-        note = fmt.clock(time.monotonic() - self.started) + " elapsed"
-        if best is not None:
-            note += f", best {fmt.si(best.tokens_per_s)} tokens/s"
-        self.progress.begin(index, total, config.label(), note)
+        best_now = self.history.best()
+        note = fmt.clock(self.elapsed())
+        if self.plan.budget_s:
+            note += f" of {fmt.clock(self.plan.budget_s)}"
+        if best_now is not None:
+            note += f", best {fmt.si(best_now.tokens_per_s)} tokens/s"
+        total = f"~{index + max(0, min(self.strategy.remaining(self.history), self._trials_left()))}"
+        try:
+            self.progress.begin(index, total, config.label(), f"{note}; {why}")
+        except (OSError, ValueError):
+            pass
 
-    def _decided(self, config: TuneConfig, result: TrialResult, how: str,
-                 aside: bool = False) -> TrialResult:
-        self.history.add(config, result, aside)
-        self.order.append(result)
-        self.counts[how] += 1
-        if self.on_trial is not None:
-            self.on_trial(result, how)
-        return result
+    def _end(self, text: str) -> None:
+        try:
+            self.progress.end(text)
+        except (OSError, ValueError):
+            pass
+
+    def _trials_left(self) -> int:
+        typical = self._typical_trial_s()
+        left = self._time_left()
+        if math.isinf(left) or not typical:
+            return 1_000_000
+        return int(max(0.0, left) // typical)
 
     def _steps_for(self, config: TuneConfig) -> int:
-        """Measured steps for this trial. The fp32 reference of a batch size other than the
-        baseline's is run only for its losses, so it stops once it has the steps the loss check
-        compares (with fp32 eager at a large batch, a full trial would cost tens of seconds)."""
-        start_batch = self.space.start().batch_size
-        if config.batch_size != start_batch and computes_reference(config):
+        """Measured steps for this trial: half the plan's (the leaders are measured again in
+        full, interleaved: a short first measurement for every candidate, a full one for the
+        contenders). A configuration that computes the fp32 reference (the baseline, a
+        reference run) runs only for its losses and a first figure, so it stops once it has the
+        steps the loss check compares: fp32 eager is the slowest configuration of all (a 1.3B
+        Llama: 1.6 s a step on an H200), and never the answer."""
+        if computes_reference(config):
             return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
-        return self.plan.steps
+        return max(min(self.plan.steps, FIRST_STEPS_MIN), self.plan.steps // 2)
 
     def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
-             early_stop: bool = True) -> TrialResult:
-        try:
-            client, _ = self._next.take()
-        except WorkerStartError as exc:
-            return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
-                               message=f"the worker did not start: {exc}")
-        # The next trial's worker starts now; this trial's measured steps wait until it is up.
-        self._next.begin(client)
-        # A trial that starts inside the time budget may finish past it: cut at the budget's
-        # end, a compiled trial of a large batch would be lost (seen on the H200: an HF Llama
-        # at batch 16 killed after 60 s, its fp32 reference too).
-        timeout = min(self.plan.trial_timeout_s, max(self._time_left(), TRIAL_GRACE_S))
+             early_stop: bool = True, timeout: float | None = None) -> TrialResult:
         plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
-                         trial_timeout_s=timeout, profile_steps=self.plan.profile_steps,
+                         trial_timeout_s=timeout or self.plan.trial_timeout_s,
+                         profile_steps=self.plan.profile_steps,
                          trace_path=trace_path(self.plan.trace_dir, len(self.order) + 1, config))
-        try:
-            stop_ms = self._early_stop_ms(config, reference) if early_stop else None
-            return self.runner(client, config, plan, reference, self.progress,
-                               stop_if_slower_than_ms=stop_ms)
-        finally:
-            client.stop()
+        stop_ms = self._early_stop_ms(config, reference) if early_stop else None
+        entry = self.references.entry(self.workload_key, self.environment,
+                                      config.batch_size or self.default_batch, config.grad_clip)
+        return self.executor.run(config, plan, reference, self.progress, stop_ms, str(entry))
 
     def _at_run_batch(self, config: TuneConfig) -> TuneConfig:
         """A compared file that leaves the batch at the workload's default (0) trains at this
         run's batch (`--set batch_size=...`): a different batch is a different training run, so
-        its speed would not compare (seen on the H200: lever files at batch 2 beside a search at
-        batch 4). A file that names its batch keeps it, and its label says so."""
+        its speed would not compare. A file that names its batch keeps it."""
         if config.batch_size:
             return config
         return config.replace(batch_size=self.space.start().batch_size)
 
-    def _remeasure_leaders(self) -> remeasure.Verdict | None:
-        """The leaders run again, interleaved, with few steps and no early stop; their losses
-        and gradients were checked on the first run (the gradients are checked again)."""
-        leading = remeasure.leaders(self.history.eligible())
-        if self.plan.remeasure_repeats < 1 or len(leading) < 2:
-            return None
-        if self.plan.budget_s:
-            # Within the time budget: the leaders whose repeats fit in what is left, best first,
-            # with half a trial's slack (the search's last trial may have run a little over).
-            left = self._time_left() + 0.5 * remeasure.expected_s(leading[0], self.wall_s)
-            fitting = remeasure.within_time(leading, self.wall_s, self.plan.remeasure_repeats, left)
-            if len(fitting) < len(leading):
-                needed = remeasure.cost_s(leading, self.wall_s, self.plan.remeasure_repeats)
-                left_now = fmt.clock(max(0.0, self._time_left()))
-                self.remeasure_note = (
-                    f"time budget: the leaders were not re-measured ({left_now} left, about "
-                    f"{fmt.clock(needed)} needed); the first measurements decide" if not fitting else
-                    f"time budget: the best {len(fitting)} of {len(leading)} leaders re-measured "
-                    f"({left_now} left); the others were left out")
-                print(self.remeasure_note, file=self.out, flush=True)
-            if not fitting:
-                return None
-            leading = fitting
-        steps = remeasure.repeat_steps(self.plan.steps)
-
-        def run(config: TuneConfig, index: int, total: int) -> TrialResult:
-            self.progress.begin(index, total, config.label(), "re-measuring the leaders, interleaved")
-            result = self._run(config, (), steps, early_stop=False)
-            self.progress.end(summary(result))
-            return result
-
-        verdict = remeasure.remeasure(leading, run, self.plan.remeasure_repeats)
-        if verdict is not None:
-            print(verdict.text(), file=self.out, flush=True)
-        return verdict
-
     def _early_stop_ms(self, config: TuneConfig, reference: tuple[float, ...]) -> float | None:
         """The step time above which this configuration is clearly slower than the best so far;
-        None for reference runs (their losses are needed whole) and short trials."""
-        best = self.history.best()
-        if best is None or not reference or self.plan.steps <= self.plan.early_stop_after:
+        None for reference runs (their losses are needed whole)."""
+        top = self.history.best()
+        if top is None or not reference:
             return None
         batch = config.batch_size or self.default_batch
         tokens_per_step = batch * self.workload["items_per_sample"]
-        slowest_tokens_per_s = best.tokens_per_s / self.plan.early_stop_ratio
-        return tokens_per_step / slowest_tokens_per_s * 1e3
+        return tokens_per_step / (top.tokens_per_s / self.plan.early_stop_ratio) * 1e3
 
-    def _reference_for(self, config: TuneConfig) -> tuple[float, ...]:
+    # -- the fp32 reference ----------------------------------------------------------------------
+    def _reference_known(self, config: TuneConfig) -> bool:
+        """Whether a trial of `config` will not wait for a reference run first."""
+        key = reference_key(config, self.default_batch)
+        if key[0] != (self.space.start().batch_size or self.default_batch):
+            return True  # checked later, and only if it wins
+        if key in self.reference_losses:
+            return True
+        entry = self.references.entry(self.workload_key, self.environment, *key)
+        return self.references.losses(entry) is not None
+
+    def _keep_reference(self, config: TuneConfig, result: TrialResult) -> None:
+        """A run that computes the reference keeps its losses for every later trial and search."""
+        if not (computes_reference(config) and result.status == "ok" and result.losses):
+            return
+        key = reference_key(config, self.default_batch)
+        if key in self.reference_losses:
+            return
+        losses = tuple(result.losses[:LOSS_CHECK_STEPS])
+        self.reference_losses[key] = losses
+        entry = self.references.entry(self.workload_key, self.environment, *key)
+        if self.references.losses(entry) is None:
+            self.references.save_losses(entry, losses, result.label)
+
+    def _reference_for(self, config: TuneConfig, now: bool = False) -> tuple[float, ...]:
         """The fp32 eager losses for this configuration's batch size and gradient clipping: from
-        any measured run that computes the reference (the baseline, say), else from
-        `TuneConfig.reference` run first (with full checkpointing, which leaves the losses
-        unchanged, when plain would not fit). () for a configuration that is its own reference,
-        or when no reference could run."""
+        this search, the reference cache, or a reference run now (with full checkpointing, then
+        one sample at a time, where plain would not fit the device). () for a configuration that
+        is its own reference, or when no reference could run."""
         if computes_reference(config):
             return ()
-        for result in self.history.all():
-            done = result.tune_config
-            if (result.status == "ok" and result.losses and computes_reference(done)
-                    and reference_key(done, 0) == reference_key(config, 0)):
-                return tuple(result.losses[:LOSS_CHECK_STEPS])
-        # A reference is run for its losses, not recommended for its memory: the limit is what
-        # the device holds, not the budget (a search for a 24 GiB card on a larger GPU checks
-        # its configurations against an fp32 reference that needs more than 24 GiB).
+        key = reference_key(config, self.default_batch)
+        if key in self.reference_losses:
+            return self.reference_losses[key]
+        entry = self.references.entry(self.workload_key, self.environment, *key)
+        cached = self.references.losses(entry)
+        if cached is not None:
+            self.reference_losses[key] = cached
+            return cached
+        if key[0] != (self.space.start().batch_size or self.default_batch) and not now:
+            # At another batch than the run's, the reference runs only for a trial that wins
+            # (`_check_later`): most batch sizes tried never do, and an fp32 run of a large
+            # model at a doubled batch costs as much as a compiled trial.
+            return ()
+        return self._run_reference(config, key)
+
+    def _run_reference(self, config: TuneConfig, key: tuple[int, float]) -> tuple[float, ...]:
         device = default_memory_budget(self.environment)
-        first = reference_configs(config)[0]
         for reference in reference_configs(config):
-            result = self.history.get(reference)
-            if result is None:
-                # Checkpointing's saving is estimated from measured pairs; with none measured the
-                # estimate assumes no saving, so the checkpointed reference is tried instead (an
-                # OOM costs one short trial; an unchecked loss would cost the correctness gate).
-                trust = reference == first or self._checkpoint_saving_measured("full")
-                estimated = estimate_peak(reference, self.history.all(), self.default_batch)
-                if trust and estimated is not None and estimated > device:
-                    continue
-                result = self.evaluate(reference, use_estimate=trust, limit=device)
+            peak = self._estimate(reference)
+            if peak is not None and peak.certain and peak.total > device:
+                continue
+            result = self.evaluate(reference, f"the fp32 reference's losses at batch {key[0]}",
+                                   kind="reference")
             if result.status == "ok" and result.losses:
+                self._keep_reference(reference, result)
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
+        self.reference_losses[key] = ()
         return ()
 
-    def _checkpoint_saving_measured(self, mode: str) -> bool:
-        known = [(r.tune_config, r) for r in self.history.all() if measured_peak(r)]
-        return bool(checkpoint_ratios(mode, known, lambda c: micro_batch(c, self.default_batch)))
+    def _confirm_surprise(self, proposal: Proposal, result: TrialResult) -> TrialResult:
+        """Run a contender again when its first measurement fell far below its prediction; the
+        faster of the two runs stands (a disturbance only ever slows a run)."""
+        top = self.history.best()
+        if (proposal.mean is None or result.status not in ("ok", "stopped")
+                or not result.tokens_per_s or top is None):
+            return result
+        measured = math.log(result.tokens_per_s)
+        expected = proposal.mean - SURPRISE_SDS * max(proposal.sd, 0.01) - 0.05
+        if measured >= expected or proposal.mean < math.log(top.tokens_per_s) - 0.02:
+            return result
+        if self._time_left() < 2 * self._repeat_s(result):
+            return result
+        began = self.elapsed()
+        self._begin(proposal.config, "measured far below its prediction: once more")
+        try:
+            again = self._run(proposal.config, self._reference_for(proposal.config),
+                              self._steps_for(proposal.config),
+                              timeout=self._timeout(self._repeat_s(result)))
+        except Exception as exc:
+            again = _error_row(proposal.config, exc)
+        self._end(summary(again))
+        self.timeline.append(Event(len(self.timeline) + 1, "confirm", again.label, again.status,
+                                   "ran", "measured far below its prediction: once more", began,
+                                   self.elapsed(), again.tokens_per_s, *self._best_now()))
+        if again.status in ("ok", "stopped") and (again.tokens_per_s or 0) > result.tokens_per_s:
+            self.history.add(proposal.config, again)
+            self.order = [again if r is result else r for r in self.order]
+            self.store.record(again, self.environment, self.workload_key,
+                              self._steps_for(proposal.config), self.plan.warmup_steps)
+            return again
+        return result
+
+    def _fp32_step_s(self, batch: int) -> float | None:
+        """An fp32 eager step at `batch`, scaled from the slowest per sample of the runs that
+        computed the reference (the baseline, a checkpointed reference)."""
+        per_sample = [r.step_ms / 1e3 / r.batch_size for r in self.history.all()
+                      if r.status in ("ok", "stopped") and r.step_ms and r.batch_size
+                      and computes_reference(r.tune_config)]
+        return max(per_sample) * batch if per_sample else None
+
+    def _checked_elsewhere(self, config: TuneConfig) -> bool:
+        """A trial of the same numerics (every option but the batch, micro-batch and
+        checkpointing, which leave them alone) kept the reference's loss at another batch, and
+        this one's gradients were checked at its own: the check is not run again."""
+        same = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off",
+                "checkpoint_every": 2}
+        numerics = {**config.to_dict(), **same}
+        return any(r.loss_ok and {**r.config, **same} == numerics for r in self.history.all())
+
+    def _check_later(self, config: TuneConfig, result: TrialResult) -> None:
+        """A trial that ran without the reference's losses (another batch) and is now the best:
+        the reference runs at its batch and its losses are checked against it, as its worker
+        would have; one that left the tolerance is marked and loses its place."""
+        if computes_reference(config) or result.loss_ok is not None or result.status != "ok":
+            return
+        if self.history.best() is not result or self._checked_elsewhere(config):
+            return
+        fp32_step = self._fp32_step_s(config.batch_size or self.default_batch)
+        if self.plan.budget_s and self.times.reference_s(fp32_step) > self._time_left():
+            self.unchecked_note = (
+                f"the loss of {result.label} was not checked at batch {result.batch_size}: the "
+                "fp32 reference there would not fit in the time left (its first-step gradients "
+                "were checked)")
+            return
+        reference = self._reference_for(config, now=True)
+        if not reference:
+            return
+        tolerance = NUMERICS[numerics_class(dict(config.values))][0]
+        ok, worst = check_losses(result.losses, reference, tolerance)
+        if ok is None:
+            return
+        checked = replace(result, loss_ok=ok, loss_max_rel_error=worst, loss_tolerance=tolerance)
+        if not ok:
+            checked = replace(checked, status="loss-mismatch", message=(
+                f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
+                f"{tolerance:.1%}), checked after the run"))
+        self.history.add(config, checked)
+        self.order = [checked if r is result else r for r in self.order]
 
     # -- the outcome ---------------------------------------------------------------------------
+    def _recommendation(self) -> tuple[TrialResult | None, remeasure.Verdict | None]:
+        """The best by first measurement, unless the last re-measurement of it named another."""
+        eligible = self.history.eligible() if self.history is not None else []
+        top = best(eligible)
+        for verdict in reversed(self.verdicts):
+            originals = [c.original for c in verdict.candidates]
+            if top is not None and any(o is top for o in originals):
+                return (verdict.winner or top), verdict
+        return top, None
+
     def _outcome(self) -> SearchOutcome:
         results = list(self.order)
-        eligible = self.history.eligible()
+        history = self.history
+        eligible = history.eligible() if history is not None else []
         ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
         ranked += [r for r in results if not any(r is x for x in ranked)]
-        top = best(eligible)
-        if self.verdict is not None and self.verdict.winner is not None:
-            top = self.verdict.winner
+        top, verdict = self._recommendation()
+        if self.plan.budget_s and not self.interrupted and self._time_left() <= 0:
+            self.out_of_time = True
         outcome = SearchOutcome(
-            results=results, ranked=ranked, eligible=len(eligible), front=pareto_front(eligible),
-            recommendation=top,
-            reason="", environment=self.environment, workload=self.workload,
-            workload_key=self.workload_key, space=self.space, budget_bytes=self.budget_bytes,
+            results=results, ranked=ranked, eligible=len(eligible),
+            front=pareto_front(eligible), recommendation=top, reason="",
+            environment=getattr(self, "environment", {}), workload=getattr(self, "workload", {}),
+            workload_key=getattr(self, "workload_key", ""), space=getattr(self, "space", None),
+            budget_bytes=getattr(self, "budget_bytes", 0),
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
-            out_of_time=self.out_of_time, interrupted=self.interrupted,
-            elapsed_s=time.monotonic() - self.started,
-            compared=list(self.compared), steps=self.plan.steps,
-            warmup_steps=self.plan.warmup_steps, remeasured=self.verdict,
-            remeasure_note=self.remeasure_note,
+            errors=self.counts.get("error", 0),
+            out_of_time=self.out_of_time, interrupted=self.interrupted, error=self.error,
+            elapsed_s=self.elapsed(), compared=list(self.compared), steps=self.plan.steps,
+            warmup_steps=self.plan.warmup_steps, remeasured=verdict,
+            remeasure_note="; ".join(n for n in (self.remeasure_note, self.unchecked_note) if n),
+            timeline=[e.to_dict() for e in self.timeline],
         )
-        outcome.reason = explain(outcome)
+        try:
+            outcome.reason = explain(outcome)
+        except Exception as exc:  # the report must be written whatever the explanation does
+            outcome.reason = f"(the reason could not be put in words: {type(exc).__name__})"
         return outcome
+
+
+def _error_row(config: TuneConfig, exc: BaseException) -> TrialResult:
+    return TrialResult(config=config.to_dict(), label=config.label(), status="error",
+                       message=f"the search could not run it: {type(exc).__name__}: {exc}")
 
 
 def _compile_note(result: TrialResult) -> str:
     if result.status in ("ok", "stopped") and result.compile_s is not None:
         return f", first step {result.compile_s:.1f} s"
     return ""
-
-
 
 
 def default_memory_budget(environment: dict, devices: int = 1) -> int:
@@ -458,3 +725,7 @@ def check_devices(devices: int, device: str, environment: dict) -> None:
     if device == "cuda" and devices > count:
         raise ConfigError(f"devices = {devices} but this machine has {count} GPU(s): allowed "
                           f"devices are 1 to {count}")
+
+
+__all__ = ["REUSABLE", "Search", "SearchPlan", "check_devices", "compile_cache_environ",
+           "default_memory_budget", "measured_peak", "workload_key"]

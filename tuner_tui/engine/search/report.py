@@ -56,6 +56,13 @@ class SearchOutcome:
     """The leaders re-measured interleaved, when there were two or more."""
     remeasure_note: str = ""
     """Why the leaders were not all re-measured (the time budget), if they were not."""
+    errors: int = 0
+    """Candidates the search could not run (each is a row with its reason)."""
+    error: str = ""
+    """The internal error that ended the search early, if one did."""
+    timeline: list[dict] = field(default_factory=list)
+    """Every trial, reference run and re-measurement in order: when it started and ended (s
+    from the search's start), why, what it measured, and the best configuration after it."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -234,9 +241,9 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "steps": outcome.steps,
         "warmup_steps": outcome.warmup_steps,
         "memory_budget_bytes": outcome.budget_bytes,
-        "memory_budget_per_device": outcome.space.devices > 1,
+        "memory_budget_per_device": outcome.space is not None and outcome.space.devices > 1,
         "space": {k: [list(v) if isinstance(v, tuple) else v for v in vs]
-                  for k, vs in outcome.space.choices},
+                  for k, vs in outcome.space.choices} if outcome.space is not None else {},
         "environment": outcome.environment,
         "results": [r.to_dict() for r in outcome.ranked],
         "pareto_front": [r.label for r in outcome.front],
@@ -250,8 +257,13 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         ],
         "remeasured": outcome.remeasured.to_dict() if outcome.remeasured else None,
         "remeasure_note": outcome.remeasure_note,
-        "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped},
+        "counts": {"ran": outcome.ran, "reused": outcome.reused, "skipped": outcome.skipped,
+                   "errors": outcome.errors},
         "interrupted": outcome.interrupted,
+        "out_of_time": outcome.out_of_time,
+        "error": outcome.error or None,
+        "elapsed_s": outcome.elapsed_s,
+        "timeline": outcome.timeline,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
@@ -261,8 +273,9 @@ def report(outcome: SearchOutcome) -> str:
     base = outcome.baseline()
     lines = [
         f"{len(outcome.results)} trials in {fmt.clock(outcome.elapsed_s)}: {outcome.ran} ran, "
-        f"{outcome.reused} reused from the store, {outcome.skipped} skipped over the memory "
-        "budget" + (" (time budget reached)" if outcome.out_of_time else "")
+        f"{outcome.reused} reused from the store"
+        + (f", {outcome.errors} could not run" if outcome.errors else "")
+        + (" (time budget reached)" if outcome.out_of_time else "")
         + (" (interrupted)" if outcome.interrupted else ""),
         "",
         "Ranked (x base: against the fp32 eager baseline):",
@@ -274,16 +287,21 @@ def report(outcome: SearchOutcome) -> str:
     noisy = noise_lines(outcome.ranked)
     if noisy:
         lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
+    progress = best_over_time(outcome.timeline)
+    if progress:
+        lines += ["", "The best so far, over the search's time:", *progress]
     if outcome.remeasured is not None:
         lines += ["", outcome.remeasured.text()]
     if outcome.remeasure_note:
         lines += ["", outcome.remeasure_note]
+    if outcome.error:
+        lines += ["", f"The search stopped early on an internal error: {outcome.error}"]
     leaders = [r for r in outcome.ranked[:outcome.eligible] if r.profile][:PROFILED_LEADERS]
     if leaders:
         lines += ["", "Where the leading rows' step time goes (profiled after the measured "
                   "steps):", format_profiles(leaders).lstrip("\n")]
     lines.append("")
-    if outcome.space.devices > 1:
+    if outcome.space is not None and outcome.space.devices > 1:
         word = device_word(outcome.environment.get("device"))
         lines.append(f"Memory budget: {fmt.gib(outcome.budget_bytes)} per {word} (each rank's "
                      f"peak counts against it; {count(outcome.space.devices, word)})")
@@ -296,3 +314,18 @@ def report(outcome: SearchOutcome) -> str:
     else:
         lines.append(f"No recommendation: {outcome.reason}")
     return "\n".join(lines)
+
+
+def best_over_time(timeline: list[dict]) -> list[str]:
+    """One line each time the best configuration changed: when, which, how fast, and why it was
+    tried."""
+    lines, last = [], None
+    for event in timeline:
+        label = event.get("best_label")
+        if label is None or label == last:
+            continue
+        last = label
+        why = f" ({event['why']})" if event.get("why") and event.get("label") == label else ""
+        lines.append(f"  {fmt.clock(event['ended_s'])}  {fmt.si(event['best_tokens_per_s'])} "
+                     f"tokens/s  {label}{why}")
+    return lines

@@ -9,34 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from strategies.config import ConfigError, TuneConfig, canonical_value
-from strategies.registry import OPTIONS, Capabilities, option_unavailable
+from strategies.registry import OPTIONS, SEARCHED, Capabilities, option_unavailable
 
-KERNEL_SETS = (
-    (),
-    ("layer_norm", "rms_norm", "gelu", "swiglu"),
-    ("layer_norm", "rms_norm", "gelu", "swiglu", "linear_cross_entropy"),
-)
+DEFAULT_CHOICES: dict[str, tuple] = dict(SEARCHED)
+"""The values `gputune tune` tries per option, as each option declares them (`SearchFacts.values`
+in the registry): what this machine cannot run is left out by `default_space`."""
+
+KERNEL_SETS = DEFAULT_CHOICES["fused_kernels"]
 """Fused-kernel sets tried by default: none, the element-wise ones, and those plus the fused
 linear + cross-entropy (which saves the most memory). A kernel whose module the model lacks is
 simply not swapped."""
-
-DEFAULT_CHOICES: dict[str, tuple] = {
-    "precision": ("fp32", "tf32", "bf16", "fp16"),
-    "attention": ("manual", "sdpa"),
-    # The max-autotune modes are left out by default: their autotuning takes minutes per trial.
-    # Ask for them with --search compile_mode=off,default,max-autotune.
-    "compile_mode": ("off", "default", "reduce-overhead"),
-    "compile_scope": ("model", "block"),
-    "optimizer": ("plain", "foreach", "fused"),
-    "fused_kernels": KERNEL_SETS,
-    "checkpointing": ("off", "selective", "every-n", "full"),
-    "weights": ("fp32", "bf16"),
-    "optimizer_state": ("fp32", "bf16", "8bit", "offload"),
-    "fp8": ("off", "tensorwise", "rowwise"),
-    # The micro-batch is varied freely by the memory stage (divisors of the batch, down to 1);
-    # the batch size the optimizer sees changes the training, so it is searched only when the
-    # user asks (--search batch_size=x1,x2 or, to climb past the last while it pays, x1,x2,...).
-}
 
 PARALLEL_CHOICES: dict[str, tuple] = {
     "parallel": ("ddp", "fsdp2"),
@@ -51,6 +33,9 @@ A knob is searched only with its mode."""
 PARALLEL_KNOBS = {"fsdp_reshard": "fsdp2", "fsdp_reduce": "fsdp2", "ddp_bucket_mb": "ddp",
                   "ddp_bucket_view": "ddp"}
 """Each data parallel knob and the mode it belongs to: in the other modes it does nothing."""
+
+MAX_GROWTH = 16
+"""How far past the workload's default batch the climb may double (`CLIMB`)."""
 
 CLIMB = "..."
 """Written last in `--search batch_size=x1,x2,...`: try doublings past the last while they pay."""
@@ -80,11 +65,22 @@ class SearchSpace:
     def start(self) -> TuneConfig:
         """The first configuration: every option at its default when that is a candidate (the
         fp32 eager baseline), else at its first candidate (on several devices: DDP, unless the
-        user's list names another mode first)."""
+        user's list names another mode first). Where a held option needs another value of a
+        searched one (`--set weights=bf16` needs precision = bf16), the searched option takes
+        the first of its candidates that the rules accept."""
         values = dict(self.fixed)
         for key, _ in self.choices:
             values[key] = self.start_value(key)
-        return self.canonical(TuneConfig.from_dict(values))
+        try:
+            return self.canonical(TuneConfig.from_dict(values))
+        except ConfigError as refused:
+            for key, candidates in self.choices:
+                for value in candidates:
+                    try:
+                        return self.canonical(TuneConfig.from_dict({**values, key: value}))
+                    except ConfigError:
+                        continue
+            raise refused
 
     def start_value(self, key: str) -> Any:
         """The value `key` has in `start()`."""
@@ -164,12 +160,16 @@ class SearchSpace:
         return plain(config[key]) in [plain(v) for v in values]
 
     def _grown(self, key: str, value: Any) -> bool:
-        """A batch size that the search may reach by doubling the largest candidate."""
+        """A batch size that the search may reach by doubling the largest candidate, up to
+        MAX_GROWTH times the workload's default (past that a larger batch buys little speed and
+        changes the training ever more)."""
         if key != "batch_size" or not self.grow_batch:
             return False
         top = max(self.values("batch_size"))
         ratio = value / top if top else 0
-        return ratio > 1 and ratio.is_integer() and (int(ratio) & (int(ratio) - 1)) == 0
+        limit = MAX_GROWTH * self.default_batch if self.default_batch else math.inf
+        return (ratio > 1 and ratio.is_integer() and (int(ratio) & (int(ratio) - 1)) == 0
+                and value <= max(limit, top))
 
     def size(self) -> int:
         return math.prod(len(v) for _, v in self.choices)
@@ -195,11 +195,15 @@ def default_space(
     default_batch: int,
     fixed: dict | None = None,
     choices: dict | None = None,
+    inapplicable: dict | None = None,
 ) -> SearchSpace:
     """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
-    the options that `fixed` sets, and without the values this machine cannot run."""
+    the options that `fixed` sets, without those the workload says do nothing for its model
+    (`inapplicable`: option -> why, such as attention for a model without attention modules;
+    unless the user names them in `choices`), and without the values this machine cannot run."""
     fixed = dict(fixed or {})
-    merged = {**DEFAULT_CHOICES, **parallel_choices(fixed, choices or {}), **(choices or {})}
+    defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in (inapplicable or {})}
+    merged = {**defaults, **parallel_choices(fixed, choices or {}), **(choices or {})}
     kept: list[tuple[str, tuple]] = []
     grow = False
     for key, values in merged.items():

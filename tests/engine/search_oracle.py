@@ -1,0 +1,504 @@
+"""A simulated machine and model for the search: a synthetic oracle of throughput, peak memory,
+trial time and faults, behind the executor interface the search runs trials through, on a
+virtual clock. Hundreds of searches run in seconds, on the real search (driver, strategy,
+memory model, priors, re-measurement, result store, reference cache), with no torch and no
+worker.
+
+An oracle draws a model (parameters from 100M to 8B, its width, heads, vocabulary, sequence
+length, default batch), a memory budget (none, one around the lean configuration's peak, or one
+in between), and the true effect of every option value: drawn around the registry's priors with
+their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
+not model: batch gains that shrink with each doubling, CUDA graphs that pay only on short steps,
+float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
+follows its own formula with an error of its own. Faults: a compile mode or float8 that fails
+to compile on this machine, fp16 that diverges, float8 that loses the numerics, workers that die
+or hang now and then, and measurements off by a disturbance.
+
+The optimum over the whole space is computed exactly, with numpy, over every combination of the
+options (batch and micro-batch sizes included).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from strategies.config import TuneConfig
+from strategies.registry import OPTIONS, Capabilities
+from tuner_tui.engine import protocol
+from tuner_tui.engine.protocol import TrialResult
+
+GPU_BYTES = 141 * 10**9
+GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="Simulated H200",
+                   fp8=True)
+
+AXES = {
+    "precision": ("fp32", "tf32", "bf16", "fp16"),
+    "weights": ("fp32", "bf16"),
+    "attention": ("manual", "sdpa"),
+    "fused_kernels": ((), ("layer_norm", "rms_norm", "swiglu", "gelu"),
+                      ("layer_norm", "rms_norm", "linear_cross_entropy", "swiglu", "gelu")),
+    "fp8": ("off", "tensorwise", "rowwise"),
+    "checkpointing": ("off", "selective", "every-n", "full"),
+    "compile_mode": ("off", "default", "reduce-overhead"),
+    "compile_scope": ("model", "block"),
+    "optimizer": ("plain", "foreach", "fused"),
+    "optimizer_state": ("fp32", "bf16", "8bit", "offload"),
+}
+"""The options the oracle knows, and their values (the default space's on a GPU)."""
+MAX_DOUBLINGS = 4
+"""The batch the oracle's optimum may reach: 16x the default."""
+
+
+class Clock:
+    """A virtual clock the simulated trials advance."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _prior(key: str, value, large: bool, compiled: bool = False) -> tuple[float, float]:
+    if value == OPTIONS[key].default or value == tuple(OPTIONS[key].default):
+        return 0.0, 0.0
+    found = OPTIONS[key].search.prior.get(value)
+    return found.pick("cuda", compiled, large) if found is not None else (0.0, 0.02)
+
+
+@dataclass
+class Oracle:
+    seed: int
+    budget_kind: str = ""
+    """none, tight, medium (drawn when empty)."""
+    noise: float = 0.01
+    fault_rate: float = 0.02
+    """The chance a trial's worker dies or hangs."""
+    inert_options: tuple[str, ...] = ()
+    """Options whose values change nothing here (the test of irrelevant options)."""
+    shared_truth: "Oracle | None" = None
+    """Draw the levers' true effects as this oracle did (the same machine, another model)."""
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        r = self.rng
+        # The model.
+        self.params = float(math.exp(r.uniform(math.log(1e8), math.log(3e9))))
+        self.hidden = int(min((768, 1024, 2048, 3072, 4096, 5120),
+                              key=lambda h: abs(h - 0.45 * self.params ** 0.4)))
+        self.layers = max(4, int(self.params / (12 * self.hidden ** 2)))
+        self.heads = max(1, self.hidden // 128)
+        self.kv_heads = int(r.choice([self.heads, max(1, self.heads // 4)]))
+        self.intermediate = int(self.hidden * r.choice([4, 8 / 3]))
+        self.vocab = int(r.choice([32000, 50304, 128256, 151936]))
+        self.seq = int(r.choice([1024, 2048, 4096]))
+        self.default_batch = max(1, int(2 ** round(math.log2(16384 / self.seq))))
+        self.large = self.params >= 1e9
+        self.base = math.log(4e13 / (6 * self.params + 12 * self.layers * self.hidden * self.seq))
+        self.memory_error = float(r.uniform(0.92, 1.12))
+        truth = self.shared_truth or self
+        self.effects = truth._draw_effects(self.rng) if truth is self else truth.effects
+        self.batch_gain = truth.batch_gain if truth is not self else float(abs(r.normal(0.07, 0.04)))
+        self.ro_host_gain = truth.ro_host_gain if truth is not self else float(r.uniform(0.0, 0.06))
+        self.fp8_width = truth.fp8_width if truth is not self else float(r.normal(0.06, 0.03))
+        self.ro_fails = bool(r.random() < 0.08)
+        self.fp8_fails = bool(r.random() < 0.08)
+        self.fp16_diverges = bool(r.random() < 0.15)
+        self.fp8_numerics = bool(r.random() < 0.10)
+        self.compile_s = 15 + 30 * self.params / 1e9
+        kind = self.budget_kind or str(r.choice(["none", "tight", "medium", "medium"]))
+        self.budget_kind = kind
+        lean = self.lean_config()
+        if kind == "none":
+            self.budget = None
+        elif kind == "tight":
+            self.budget = int(self.peak(lean) * r.uniform(0.97, 1.25))
+        else:
+            self.budget = int(self.peak(lean) * r.uniform(1.3, 2.5))
+        if self.budget is not None and self.budget > GPU_BYTES:
+            self.budget = None
+        self.reference_grads: set[str] = set()
+        self.compiled: set[str] = set()
+        """Configurations compiled before: the Inductor cache holds them (a repeat compiles in
+        a fraction of the time)."""
+
+    # -- the truth -----------------------------------------------------------------------------
+    def _draw_effects(self, r) -> dict:
+        """Each option's values share one draw of their doubt (bf16 and fp16 are both half
+        precision; CUDA graphs are compile plus a little): effect = mean + sd x shared + a small
+        value of its own, as the priors' moves between values assume."""
+        effects = {}
+        for key, values in AXES.items():
+            if key == "fused_kernels":
+                continue
+            shared = r.normal()
+            for value in values:
+                own = r.normal() if value != OPTIONS[key].default else 0.0
+                for compiled in (False, True):
+                    m, s = _prior(key, value, self.large, compiled)
+                    effects[(key, value, compiled)] = float(m + s * shared + 0.02 * own)
+        for kernel in ("layer_norm", "rms_norm", "gelu", "swiglu", "linear_cross_entropy"):
+            shared = r.normal()
+            for compiled in (False, True):
+                m, s = _prior_kernel(kernel, self.large, compiled)
+                effects[("kernel", kernel, compiled)] = float(m + s * shared)
+        return effects
+
+    def effect(self, key: str, value, compiled: bool) -> float:
+        if key in self.inert_options:
+            return 0.0
+        return self.effects.get((key, value, compiled), 0.0)
+
+    def lean_config(self) -> TuneConfig:
+        return TuneConfig.from_dict({
+            "precision": "bf16", "weights": "bf16", "optimizer_state": "bf16", "attention": "sdpa",
+            "fused_kernels": list(AXES["fused_kernels"][2]), "compile_mode": "default"})
+
+    def log_speed(self, c: TuneConfig) -> float:
+        compiled = c.compile_mode != "off"
+        total = self.base
+        for key in ("precision", "weights", "attention", "checkpointing", "compile_mode",
+                    "compile_scope", "optimizer_state"):
+            if key == "compile_scope" and not compiled:
+                continue
+            total += self.effect(key, getattr(c, key), compiled)
+        if c.weights == "fp32" and c.optimizer_state in ("fp32", "offload"):
+            total += self.effect("optimizer", c.optimizer, compiled)
+        if c.fp8 != "off":
+            total += self.effect("fp8", c.fp8, compiled) + self.fp8_width * math.log2(
+                self.hidden / 2048)
+        for kernel in c.effective_kernels():
+            total += self.effect("kernel", kernel, compiled) if "fused_kernels" not in \
+                self.inert_options else 0.0
+        batch = c.batch_size or self.default_batch
+        micro = c.micro_batch_size or batch
+        doublings = math.log2(micro / self.default_batch)
+        if doublings >= 0:
+            total += self.batch_gain * (1 - 0.35 ** doublings) / 0.65
+        else:
+            total += 0.05 * doublings
+        total += 0.004 * math.log2(batch / micro)  # the optimizer step shared by more samples
+        if c.compile_mode == "reduce-overhead":
+            step_ms = micro * self.seq / math.exp(total) * 1e3
+            total += self.ro_host_gain * max(0.0, 1 - step_ms / 150)
+        return total
+
+    def peak(self, c: TuneConfig) -> float:
+        w = 2 if c.weights == "bf16" else 4
+        state = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}[c.optimizer_state]
+        static = self.params * (2 * w + state)
+        b = 2 if c.precision in ("bf16", "fp16") or c.weights == "bf16" else 4
+        h, i, kv = self.hidden, self.intermediate, self.hidden // self.heads * self.kv_heads
+        kept = (5 * h + 2 * kv + 3 * i) if c.compile_mode != "off" else (7 * h + 3 * kv + 4 * i)
+        layer = kept * b
+        if c.fp8 != "off":
+            layer -= (2 * h + i) * (b - 1)
+        if c.attention == "manual":
+            layer += 2 * self.heads * self.seq * b
+        layers = self.layers * layer
+        if c.checkpointing == "selective":
+            layers = self.layers * min(layer, (5 * h + 2 * kv + 2 * i) * b)
+        elif c.checkpointing == "every-n":
+            layers = self.layers / 2 * layer + self.layers / 2 * h * b + layer
+        elif c.checkpointing == "full":
+            layers = self.layers * h * b + layer
+        head = 0 if "linear_cross_entropy" in c.effective_kernels() else self.vocab * (b + 4)
+        batch = c.batch_size or self.default_batch
+        micro = c.micro_batch_size or batch
+        activations = micro * self.seq * (layers + head)
+        autocast = 2 * self.params if (c.weights == "fp32" and c.precision in ("bf16", "fp16")
+                                       and c.checkpointing == "off") else 0
+        grads_at_once = w * self.params if micro < batch and c.compile_mode != "off" else 0
+        # What counts against a budget: the allocator's reserved peak.
+        return (static + activations + autocast + grads_at_once + 2**30) * self.memory_error * 1.05
+
+    def fault(self, c: TuneConfig) -> tuple[str, str] | None:
+        if c.compile_mode == "reduce-overhead" and self.ro_fails:
+            return "compile", "compile failed: CUDA graphs capture failed (simulated)"
+        if c.fp8 != "off" and self.fp8_fails:
+            return "compile", "compile failed: float8 kernel (simulated)"
+        if c.precision == "fp16" and self.fp16_diverges:
+            return "diverged", "loss is nan (simulated)"
+        return None
+
+    def numerics_ok(self, c: TuneConfig) -> bool:
+        return not (c.fp8 != "off" and self.fp8_numerics)
+
+    def true_speed(self, c: TuneConfig) -> float | None:
+        """Tokens/s where the configuration runs, fits and keeps the numerics; else None."""
+        if self.fault(c) or not self.numerics_ok(c) or self.peak(c) > self.limit():
+            return None
+        return math.exp(self.log_speed(c))
+
+    def limit(self) -> float:
+        return min(self.budget or GPU_BYTES, GPU_BYTES)
+
+    # -- the optimum ---------------------------------------------------------------------------
+    def optimum(self, space) -> float:
+        return self.best_config(space)[0]
+
+    def best_config(self, space) -> tuple[float, "Cfg | None"]:
+        """The best true tokens/s over the search's space, exactly: every combination of the
+        options' values (the AdamW implementation and the compile scope, which change only
+        speed, at their best), at the largest batch the space reaches (MAX_DOUBLINGS doublings
+        of the default: accumulation only adds speed) and the two largest micro-batches that fit
+        (larger is faster but for the host's share that CUDA graphs save)."""
+        best, where = 0.0, None
+        keys = [k for k, _ in space.choices if k in AXES and k not in ("optimizer", "compile_scope")]
+        fixed = {k: v for k, v in space.fixed if k in AXES}
+        grids = [space.values(k) for k in keys]
+        batch = (self.default_batch * 2**MAX_DOUBLINGS if "batch_size" in dict(space.choices)
+                 else dict(space.fixed).get("batch_size") or self.default_batch)
+        for combo in itertools.product(*grids):
+            c = Cfg({**DEFAULTS, **fixed, **dict(zip(keys, combo))})
+            if not c.valid() or self.fault(c) or not self.numerics_ok(c):
+                continue
+            self._best_speed_only(c, space)
+            c.values["batch_size"] = batch
+            c.values["micro_batch_size"] = 1
+            low = self.peak(c)
+            c.values["micro_batch_size"] = 2
+            per_sample = self.peak(c) - low
+            limit = self.limit()
+            fitting = int((limit - low) // per_sample) + 1 if per_sample > 0 else batch
+            micro = 1
+            while micro * 2 <= min(batch, max(1, fitting)):
+                micro *= 2
+            for m in (micro, micro // 2):
+                if m < 1:
+                    continue
+                c.values["micro_batch_size"] = 0 if m == batch else m
+                if self.peak(c) > limit:
+                    continue
+                speed = math.exp(self.log_speed(c))
+                if speed > best:
+                    best, where = speed, Cfg(dict(c.values))
+        return best, where
+
+    def _best_speed_only(self, c: "Cfg", space) -> None:
+        """The AdamW implementation and compile scope at their fastest for `c`."""
+        compiled = c.compile_mode != "off"
+        for key in ("optimizer", "compile_scope"):
+            values = space.values(key)
+            c.values[key] = max(values, key=lambda v: self.effect(key, v, compiled))
+
+
+DEFAULTS = {k: o.default for k, o in OPTIONS.items()}
+
+
+class Cfg:
+    """A configuration as the oracle reads it, without TuneConfig's validation (the optimum
+    enumerates tens of thousands)."""
+
+    def __init__(self, values: dict) -> None:
+        self.values = values
+
+    def __getattr__(self, key):
+        try:
+            return self.__dict__["values"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def valid(self) -> bool:
+        v = self.values
+        return not ((v["weights"] == "bf16" and v["precision"] != "bf16")
+                    or (v["optimizer_state"] == "offload" and v["precision"] == "fp16"))
+
+    def effective_kernels(self) -> tuple:
+        kernels = tuple(self.values["fused_kernels"])
+        if self.values["compile_mode"] != "off":
+            return tuple(k for k in kernels if k not in ("layer_norm", "rms_norm", "gelu", "swiglu",
+                                                         "causal_softmax"))
+        return kernels
+
+    def label(self) -> str:
+        return TuneConfig.from_dict({k: (list(v) if isinstance(v, tuple) else v)
+                                     for k, v in self.values.items()}).label()
+
+
+def _prior_kernel(kernel: str, large: bool, compiled: bool) -> tuple[float, float]:
+    found = OPTIONS["fused_kernels"].search.prior.get(kernel)
+    return found.pick("cuda", compiled, large) if found is not None else (0.0, 0.02)
+
+
+class OracleExecutor:
+    """The search's trials on the oracle: the result a worker would send, after the time it
+    would take on the virtual clock."""
+
+    def __init__(self, oracle: Oracle, clock: Clock, trial_log: list | None = None) -> None:
+        self.o = oracle
+        self.clock = clock
+        self.trials: list[TuneConfig] = [] if trial_log is None else trial_log
+
+    def start(self) -> protocol.WorkerReady:
+        o = self.o
+        self.clock.now += 8.0
+        return protocol.WorkerReady(
+            pid=1, capabilities=GPU.to_dict(),
+            environment={"device": "cuda", "gpu_name": "Simulated H200", "gpu_count": 1,
+                         "gpu_memory_bytes": GPU_BYTES, "torch": "sim", "code": "sim",
+                         "gputune": "sim"},
+            workload={"name": f"oracle-{o.seed}", "items_per_sample": o.seq, "item_name": "tokens",
+                      "default_batch_size": o.default_batch, "seed": 0, "data": None})
+
+    def close(self) -> None:
+        pass
+
+    def _shape(self) -> dict:
+        o = self.o
+        return {"layers": o.layers, "hidden": o.hidden, "intermediate": o.intermediate,
+                "heads": o.heads, "kv_heads": o.kv_heads, "vocab": o.vocab, "seq_len": o.seq}
+
+    def run(self, c: TuneConfig, plan, reference, progress, stop_ms, reference_dir) -> TrialResult:
+        o, r = self.o, self.o.rng
+        self.trials.append(c)
+        batch = c.batch_size or o.default_batch
+        base = TrialResult(config=c.to_dict(), label=c.label(), status="ok", batch_size=batch,
+                           sequence_length=o.seq, model_shape=self._shape())
+        seconds = 5.0
+        if reference and reference_dir not in o.reference_grads:
+            o.reference_grads.add(reference_dir)  # the worker computes the gradients' sketch once
+            seconds += 3.0 + 2 * batch * o.seq / math.exp(o.base)
+        if r.random() < o.fault_rate / 2:  # a worker killed from outside
+            self.clock.now += seconds + 2.0
+            return replace(base, status="crash", message="the worker process died (exit code -9)")
+        if r.random() < o.fault_rate / 2:  # a hang: the trial's timeout ends it
+            self.clock.now += plan.trial_timeout_s
+            return replace(base, status="crash",
+                           message=f"no result within {plan.trial_timeout_s:.0f} s; the worker was stopped")
+        w = 2 if c.weights == "bf16" else 4
+        state = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}[c.optimizer_state]
+        parts = {"parameters": int(o.params * w), "gradients": int(o.params * w),
+                 "optimizer_state": int(o.params * state)}
+        peak = o.peak(c)
+        if peak > GPU_BYTES:
+            self.clock.now += seconds + 3.0
+            return replace(base, status="oom", message="out of memory (simulated)")
+        fault = o.fault(c)
+        compiled = c.compile_mode != "off"
+        first = (o.compile_s * (1.6 if c.fp8 != "off" else 1) * (0.4 if c.compile_scope == "block"
+                                                                    else 1) * r.uniform(0.8, 1.3)
+                 if compiled else 1.0)
+        if compiled:
+            key = c.label()
+            first *= 0.15 if key in o.compiled else 1.0
+            o.compiled.add(key)
+        if fault:
+            self.clock.now += seconds + first
+            return replace(base, status=fault[0], message=fault[1], memory_parts=parts)
+        speed = math.exp(o.log_speed(c) + r.normal(0, o.noise))
+        if r.random() < 0.03:
+            speed *= 0.7  # a disturbed run: another process on the GPU
+        step_ms = batch * o.seq / speed * 1e3
+        spread = float(r.uniform(0.002, 0.01))
+        steps = plan.steps
+        status, message = "ok", ""
+        if stop_ms is not None and step_ms > stop_ms:
+            steps, status = 3, "stopped"
+            message = f"stopped after 3 measured steps: median {step_ms:.1f} ms > {stop_ms:.1f} ms"
+        self.clock.now += seconds + first + (plan.warmup_steps - 1 + steps) * step_ms / 1e3
+        losses = tuple(10.0 - 0.1 * i for i in range(plan.warmup_steps + steps))
+        loss_ok = None
+        if reference:
+            loss_ok = o.numerics_ok(c)
+            if not loss_ok:
+                status, message = "loss-mismatch", "loss differs from the fp32 reference (simulated)"
+        return replace(base, status=status, message=message, tokens_per_s=speed,
+                       samples_per_s=speed / o.seq, step_ms=step_ms, step_ms_q1=step_ms * (1 - spread),
+                       step_ms_q3=step_ms * (1 + spread), step_ms_min=step_ms * 0.98,
+                       step_ms_max=step_ms * 1.05, peak_memory_bytes=int(peak / 1.05),
+                       peak_reserved_bytes=int(peak), compile_s=first,
+                       warmup_s=(plan.warmup_steps - 1) * step_ms / 1e3, measured_steps=steps,
+                       losses=losses, loss_ok=loss_ok, memory_parts=parts,
+                       loss_max_rel_error=0.001 if loss_ok else None,
+                       loss_tolerance=0.03 if reference else None)
+
+
+def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=None, fixed=None,
+             store_path=None, references=None, remeasure_repeats: int = 2):
+    """One search on the oracle; (outcome, executor, clock)."""
+    import io
+
+    from tuner_tui.engine.reference_cache import ReferenceCache
+    from tuner_tui.engine.search import Search, SearchPlan
+    from tuner_tui.engine.store import ResultStore
+
+    clock = Clock()
+    executor = OracleExecutor(oracle, clock)
+    plan = SearchPlan(protocol.WorkerSpec(workload=f"oracle-{oracle.seed}", device="cuda"),
+                      max_memory_bytes=oracle.budget, budget_s=budget_s, steps=20, warmup_steps=5,
+                      choices=dict(choices or {}), fixed=dict(fixed or {}),
+                      remeasure_repeats=remeasure_repeats)
+    store = ResultStore(store_path or tmp_path / f"store-{oracle.seed}.sqlite3",
+                        on_problem=lambda message: None)
+    refs = references or ReferenceCache(tmp_path / f"refs-{oracle.seed}")
+    try:
+        search = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
+                        references=refs, strategy=strategy)
+        outcome = search.run()
+    finally:
+        store.close()
+    return outcome, executor, clock
+
+
+def regret(oracle: Oracle, outcome) -> float:
+    """1 - the recommendation's true speed over the optimum's (1 where there is none or it does
+    not truly fit)."""
+    best = oracle.optimum(outcome.space)
+    top = outcome.recommendation
+    if top is None or not best:
+        return 1.0
+    speed = oracle.true_speed(top.tune_config)
+    return 1.0 if speed is None else max(0.0, 1 - speed / best)
+
+
+class LegacyStaged:
+    """Today's search before the anytime one (tests/engine/legacy_staged.py), under the same
+    driver: its stages' rounds in order until the time budget ends, each configuration the
+    memory estimate says is clearly over the budget left out, as its driver did."""
+
+    def __init__(self, search) -> None:
+        from legacy_staged import History as LegacyHistory
+        from legacy_staged import StagedSearch
+
+        self.search = search
+        self.space = search.space
+        self.staged = StagedSearch(self.space)
+        self.history = LegacyHistory(self.space, search.budget_bytes)
+        self.queue: list = []
+        self.ctx = None
+
+    def next(self, history):
+        from tuner_tui.engine.search.anytime import Proposal
+        from tuner_tui.engine.search.fit import Footprint
+
+        for key, result in history.results.items():
+            self.history.results[key] = result
+        footprint = Footprint(history, self.space.default_batch, self.search.budget_bytes)
+        while self.search._time_left() > 0:
+            while self.queue:
+                config = self.queue.pop(0)
+                if config in history:
+                    continue
+                if (not self.staged.must_run(config) and footprint.estimate(config) is not None
+                        and footprint.estimate(config).certain
+                        and footprint.bytes(config) > 1.15 * self.search.budget_bytes):
+                    self.history.add(config, TrialResult(config=config.to_dict(),
+                                                         label=config.label(), status="skipped"))
+                    continue
+                return Proposal(config, f"stage: {self.staged.stage_name()}")
+            self.queue = list(self.staged.propose(self.history))
+            if not self.queue:
+                return None
+        return None
+
+    def observe(self, *args) -> None:
+        pass
+
+    def remaining(self, history) -> int:
+        return 0

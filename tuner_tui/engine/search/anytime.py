@@ -1,0 +1,356 @@
+"""The anytime search: the baseline, then the expert's recipe, then always the trial with the
+highest expected gain per second.
+
+A candidate is a move from a measured configuration (a parent): one option to another of its
+values, the batch doubled or halved, the micro-batch a step smaller or larger, or a larger
+batch together with a memory lever. Its throughput is predicted from the parent's by the priors
+(`priors.py`); its expected gain is how much it is expected to beat the best configuration so
+far (the expected improvement of a normal prediction, in log throughput), times the chance it
+works (failures of the same change), times the chance it fits the memory budget (`fit.py`),
+divided by its expected trial time (`timing.py`). Parents are the incumbent (the fastest
+configuration that fits and kept the numerics) and the faster configurations that missed the
+budget, measured or predicted: from these, a memory lever that closes the gap for little speed
+scores highest, so under a tight budget the search closes the gap cheaply and stops at the
+first lever that fits. The same rule weighs memory levers as speed levers where they pay (bf16
+weights on a large model) and leaves those that cost much (offloaded state) for when nothing
+else fits. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import OPTIONS
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference import computes_reference
+from tuner_tui.engine.search.expert import expert_recipe, memory_moves, variant
+from tuner_tui.engine.search.fit import Footprint, normal_cdf
+from tuner_tui.engine.search.history import History, config_key
+from tuner_tui.engine.search.memory import measured_peak
+from tuner_tui.engine.search.priors import FAILED, Context, Estimate, Priors
+from tuner_tui.engine.search.space import SearchSpace
+from tuner_tui.engine.search.timing import TrialTimes
+
+NOT_FITTING = 0.02
+"""A candidate less likely than this to fit the budget is not run."""
+DONE_GAIN = 0.003
+"""Without a time budget, the search ends when no candidate is expected to gain 0.3%; with one
+it goes on while a trial fits in the time left."""
+BOTTLENECK_WEIGHT = 1.5
+"""With --profile: a move of an option that addresses the incumbent's bottleneck counts this
+much more."""
+
+
+class SearchStrategy:
+    """Proposes the configurations to measure, a round at a time, from the results so far.
+    A new strategy is one subclass: `propose` returns the next round ([] when done), and
+    `remaining` estimates how many trials are still to come (for the progress line)."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+
+    def propose(self, history: History) -> list[TuneConfig]:
+        raise NotImplementedError
+
+    def remaining(self, history: History) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A configuration to measure, and why."""
+
+    config: TuneConfig
+    why: str
+    parent: TuneConfig | None = None
+    keys: tuple[str, ...] = ()
+    """The options the move changes (what goes with them aside)."""
+    mean: float | None = None
+    """Predicted log tokens/s (None: no prediction), and its deviation."""
+    sd: float = 0.0
+    step_s: float | None = None
+    """Predicted step time."""
+    trial_s: float = 0.0
+    """Predicted trial time, its reference run included."""
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class Parent:
+    config: TuneConfig
+    mean: float
+    sd: float
+    step_s: float | None
+    measured: bool
+
+
+def expected_improvement(mean: float, sd: float, best: float) -> float:
+    """E[max(0, X - best)] for X normal (mean, sd)."""
+    if sd <= 1e-9:
+        return max(0.0, mean - best)
+    z = (mean - best) / sd
+    return sd * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) + (mean - best) * normal_cdf(z)
+
+
+class AnytimeSearch(SearchStrategy):
+    """One search's strategy. `time_available()` says how many seconds a trial may still take
+    (None: no limit); `reference_ready(config)` whether the fp32 reference's losses at its batch
+    are known (else its trial includes the reference's run)."""
+
+    def __init__(self, space: SearchSpace, ctx: Context, *, items_per_sample: int = 1,
+                 budget_bytes: int | None = None, priors: Priors | None = None,
+                 times: TrialTimes | None = None,
+                 time_available: Callable[[], float | None] = lambda: None,
+                 reference_ready: Callable[[TuneConfig], bool] = lambda c: True) -> None:
+        super().__init__(space)
+        self.ctx = ctx
+        self.items_per_sample = items_per_sample
+        self.budget_bytes = budget_bytes
+        self.priors = priors or Priors(ctx, space.canonical)
+        self.times = times or TrialTimes(ctx.device, steps=20, warmup_steps=5)
+        self.time_available = time_available
+        self.reference_ready = reference_ready
+        self.proposals: dict[str, Proposal] = {}
+        self.expert: TuneConfig | None = None
+        self.footprint: Footprint | None = None
+        self._pool_size = 0
+        self.last: Proposal | None = None
+
+    # -- the driver's side ---------------------------------------------------------------------
+    def propose(self, history: History) -> list[TuneConfig]:
+        proposal = self.next(history)
+        return [proposal.config] if proposal is not None else []
+
+    def next(self, history: History) -> Proposal | None:
+        """The next trial, or None when no candidate is worth its time (or fits in it)."""
+        self._footprint(history)
+        start = self.space.start()
+        if start not in history:
+            return self._keep(Proposal(start, "the fp32 eager baseline", trial_s=self.times.trial_s(
+                start, None)))
+        if self.expert is None:
+            self.expert = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes)
+            if self.expert not in history:
+                return self._keep(self._predicted(self.expert, "the expert's recipe", history))
+        best = self._best_candidate(history)
+        return self._keep(best) if best is not None else None
+
+    def observe(self, config: TuneConfig, result: TrialResult, wall_s: float,
+                history: History) -> None:
+        """A trial ended: learn its time, its outcome and its pairs with the trials before it."""
+        self.times.observe(config, result, wall_s)
+        self.priors.observe(config, result)
+        measured = [(r.tune_config, r) for r in history.all() if r is not result]
+        self.priors.learn_from(measured, config, result)
+
+    def remaining(self, history: History) -> int:
+        return self._pool_size
+
+    def prediction(self, config: TuneConfig) -> Proposal | None:
+        return self.proposals.get(config_key(config))
+
+    # -- candidates ----------------------------------------------------------------------------
+    def _keep(self, proposal: Proposal) -> Proposal:
+        self.proposals[config_key(proposal.config)] = proposal
+        self.last = proposal
+        return proposal
+
+    def _footprint(self, history: History) -> None:
+        if self.footprint is None or self.footprint.history is not history:
+            self.footprint = Footprint(history, self.space.default_batch, self.budget_bytes)
+
+    def _batch(self, config: TuneConfig) -> int:
+        return config.batch_size or self.space.default_batch
+
+    def _step_s(self, parent: Parent, child: TuneConfig, gain: float) -> float | None:
+        if parent.step_s is None:
+            return None
+        return parent.step_s * self._batch(child) / self._batch(parent.config) * math.exp(-gain)
+
+    def _parents(self, history: History) -> list[Parent]:
+        """The incumbent, then up to two faster configurations that missed the budget (measured
+        over it, or predicted faster and out of memory); without an incumbent, the fastest
+        measured configuration or the baseline."""
+        incumbent = history.best()
+        found: list[Parent] = []
+        if incumbent is not None:
+            found.append(self._measured(incumbent))
+        floor = math.log(incumbent.tokens_per_s) if incumbent is not None else -math.inf
+        over = []
+        for r in history.all():
+            if r is incumbent:
+                continue
+            if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False \
+                    and not history.fits(r) and math.log(r.tokens_per_s) > floor:
+                over.append(self._measured(r))
+            elif r.status in ("oom", "skipped") + FAILED:
+                # Predicted, not measured: what it would have given had it fit (or run); the
+                # moves from it that fit (or drop what failed) may give it still.
+                guess = self.proposals.get(config_key(r.tune_config))
+                if guess is not None and guess.mean is not None and guess.mean > floor:
+                    over.append(Parent(r.tune_config, guess.mean, guess.sd, guess.step_s, False))
+        over.sort(key=lambda p: -p.mean)
+        found += over[:2]
+        if incumbent is None and not over:
+            ran = [r for r in history.all() if r.status in ("ok", "stopped") and r.tokens_per_s]
+            if ran:
+                found.append(self._measured(max(ran, key=lambda r: r.tokens_per_s)))
+        return found
+
+    def _measured(self, r: TrialResult) -> Parent:
+        return Parent(r.tune_config, math.log(r.tokens_per_s), 0.01,
+                      (r.step_ms or 0) / 1e3 or None, True)
+
+    def moves(self, config: TuneConfig) -> Iterator[tuple[tuple[str, ...], TuneConfig]]:
+        """Every single move from `config`, and a doubled batch with a memory lever."""
+        for key, values in self.space.choices:
+            if key in ("batch_size", "micro_batch_size"):
+                continue
+            if key == "compile_scope" and config.compile_mode == "off":
+                continue
+            for value in values:
+                child = variant(self.space, config, **{key: value})
+                if child is not None and child != config:
+                    yield (key,), child
+                    for other in OPTIONS[key].search.interacts:
+                        for partner in self.space.values(other):
+                            both = variant(self.space, child, **{other: partner})
+                            if both is not None and both != child and both != config:
+                                yield (key, other), both
+        for child in self._batch_moves(config):
+            yield ("batch_size",), child
+            if child.batch_size and self._batch(child) > self._batch(config):
+                for key, closer in memory_moves(self.space, child):
+                    yield ("batch_size", key), closer
+        sizes = self.space.micro_batches(config)
+        current = config.micro_batch_size
+        if current in sizes:
+            at = sizes.index(current)
+            for other in sizes[max(0, at - 1):at] + sizes[at + 1:at + 2]:
+                child = variant(self.space, config, micro_batch_size=other)
+                if child is not None and child != config:
+                    yield ("micro_batch_size",), child
+
+    def _batch_moves(self, config: TuneConfig) -> list[TuneConfig]:
+        if "batch_size" not in dict(self.space.choices):
+            return []
+        batch = self._batch(config)
+        found = []
+        for size in (batch * 2, batch // 2):
+            if size < 1:
+                continue
+            child = variant(self.space, config, batch_size=size)
+            if child is not None and child != config and self.space.contains(child):
+                found.append(child)
+        return found
+
+    def _predict(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...]) -> Estimate:
+        """The parent's throughput moved key by key (each move from where the last left it)."""
+        total = Estimate(parent.mean, parent.sd)
+        at = parent.config
+        for i, key in enumerate(keys):
+            nxt = child if i == len(keys) - 1 else variant(self.space, at, **{key: child[key]})
+            if nxt is None:
+                nxt = child
+            total = total.plus(self.priors.move(key, at, nxt))
+            at = nxt
+        return total
+
+    def _predicted(self, config: TuneConfig, why: str, history: History) -> Proposal:
+        """A configuration reached by several moves (the expert's recipe) from the baseline or,
+        where the baseline did not run, the fp32 reference run that did."""
+        ran = [r for r in history.all() if r.status in ("ok", "stopped") and r.tokens_per_s
+               and computes_reference(r.tune_config)]
+        base = history.get(self.space.start())
+        if base is None or not base.tokens_per_s:
+            base = ran[0] if ran else None
+        if base is None:
+            return Proposal(config, why, trial_s=self.times.trial_s(config, None))
+        parent = self._measured(base)
+        keys = tuple(k for k in OPTIONS if _differs(parent.config, config, k))
+        guess = self._predict(parent, config, keys)
+        step = self._step_s(parent, config, guess.mean - parent.mean)
+        return Proposal(config, why, parent.config, keys, guess.mean, guess.sd, step,
+                        self._trial_s(config, step, history))
+
+    def _trial_s(self, config: TuneConfig, step_s: float | None, history: History) -> float:
+        seconds = self.times.trial_s(config, step_s)
+        if not computes_reference(config) and not self.reference_ready(config):
+            base = history.get(self.space.start())
+            fp32_step = ((base.step_ms or 0) / 1e3 * self._batch(config) / self._batch(base.tune_config)
+                         if base is not None and base.step_ms else None)
+            seconds += self.times.reference_s(fp32_step)
+        return seconds
+
+    def _best_candidate(self, history: History) -> Proposal | None:
+        incumbent = history.best()
+        best_log = math.log(incumbent.tokens_per_s) if incumbent is not None else None
+        bottleneck = (incumbent.profile or {}).get("bottleneck") if incumbent is not None else None
+        available = self.time_available()
+        seen: set[str] = set()
+        pool: list[tuple[float, Proposal]] = []
+        for parent in self._parents(history):
+            for keys, child in self.moves(parent.config):
+                key = config_key(child)
+                if key in seen or child in history or not self.space.contains(child):
+                    continue
+                seen.add(key)
+                guess = self._predict(parent, child, keys)
+                step = self._step_s(parent, child, guess.mean - parent.mean)
+                seconds = self._trial_s(child, step, history)
+                if available is not None and seconds > available:
+                    continue
+                gain = (expected_improvement(guess.mean, guess.sd, best_log)
+                        if best_log is not None else math.exp(guess.mean - 20))
+                gain *= self.priors.chance_it_works(child)
+                if bottleneck and any(bottleneck in OPTIONS[k].search.addresses for k in keys):
+                    gain *= BOTTLENECK_WEIGHT
+                why = "move " + ", ".join(f"{k} {_show(parent.config, k)} -> {_show(child, k)}"
+                                          for k in keys)
+                if not parent.measured or (self.budget_bytes is not None
+                                           and (measured_peak_of(history, parent.config) or 0)
+                                           > self.budget_bytes):
+                    why += " (to fit the budget)"
+                pool.append((gain / seconds, Proposal(child, why, parent.config, keys, guess.mean,
+                                                      guess.sd, step, seconds, gain)))
+        pool.sort(key=lambda item: -item[0])
+        floor = DONE_GAIN if available is None else 0.0
+        self._pool_size = sum(1 for _, p in pool if p.score > max(floor, 0.01))
+        best: Proposal | None = None
+        best_value = 0.0
+        for upper, proposal in pool:  # the chance to fit only as far as it can change the order
+            if upper <= best_value:
+                break
+            if best_log is not None and proposal.score < floor:
+                continue
+            chance = self.footprint.chance_to_fit(proposal.config)
+            if chance < NOT_FITTING:
+                continue
+            value = upper * chance
+            if value > best_value:
+                best, best_value = proposal, value
+        return best
+
+
+def measured_peak_of(history: History, config: TuneConfig) -> int | None:
+    found = history.get(config)
+    return measured_peak(found) if found is not None else None
+
+
+def _differs(a: TuneConfig, b: TuneConfig, key: str) -> bool:
+    va, vb = a[key], b[key]
+    return (tuple(va) if isinstance(va, (list, tuple)) else va) != (
+        tuple(vb) if isinstance(vb, (list, tuple)) else vb)
+
+
+def _show(config: TuneConfig, key: str) -> str:
+    value = config[key]
+    if isinstance(value, (list, tuple)):
+        return "+".join(value) or "none"
+    return OPTIONS[key].show(value)
+
+
+__all__ = ["AnytimeSearch", "Proposal", "SearchStrategy", "ConfigError"]

@@ -1,0 +1,77 @@
+"""Where the search's trials run: each in a fresh worker process (`runner.py`), the next one's
+worker started while the current trial builds. A worker that dies under a trial (killed,
+segfaulted) is given one more try in a fresh process before the trial is a `crash` row: a
+kill from outside (the OOM killer, a user's kill -9) need not happen again.
+
+The search talks to an executor only through `start`, `run` and `close`, so the search's logic
+runs as well against a simulated machine (tests/engine/search_oracle.py). Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from strategies.config import TuneConfig
+from tuner_tui.engine import protocol
+from tuner_tui.engine.progress import Progress
+from tuner_tui.engine.protocol import TrialResult, WorkerSpec
+from tuner_tui.engine.runner import NextWorker, TrialPlan, WorkerStartError, run_one, start_worker
+
+DIED = "the worker process died"
+"""The start of the message `run_one` gives a trial whose worker died under it."""
+
+
+class TrialExecutor(Protocol):
+    def start(self) -> protocol.WorkerReady:
+        """Start the first worker; what it found (capabilities, environment, workload)."""
+
+    def run(self, config: TuneConfig, plan: TrialPlan, reference: tuple[float, ...],
+            progress: Progress, stop_if_slower_than_ms: float | None,
+            reference_dir: str | None) -> TrialResult:
+        """One trial, always answered with a row (never an exception for the trial's faults)."""
+
+    def close(self) -> None:
+        """Stop every worker still up."""
+
+
+class WorkerExecutor:
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self._next = NextWorker(spec)
+
+    def start(self) -> protocol.WorkerReady:
+        client, ready = start_worker(self.spec)
+        self._next.keep(client, ready)  # the first trial runs in the worker that described the machine
+        return ready
+
+    def run(self, config: TuneConfig, plan: TrialPlan, reference: tuple[float, ...],
+            progress: Progress, stop_if_slower_than_ms: float | None,
+            reference_dir: str | None) -> TrialResult:
+        result = self._once(config, plan, reference, progress, stop_if_slower_than_ms,
+                            reference_dir)
+        if result.status == "crash" and result.message.startswith(DIED):
+            progress.set("the worker died: trying once more in a fresh one")
+            again = self._once(config, plan, reference, progress, stop_if_slower_than_ms,
+                               reference_dir)
+            if again.status != "crash":
+                return again
+            result = replace(again, message=f"{again.message} (twice: in a fresh worker too)")
+        return result
+
+    def _once(self, config, plan, reference, progress, stop_ms, reference_dir) -> TrialResult:
+        try:
+            client, _ = self._next.take()
+        except WorkerStartError as exc:
+            return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
+                               message=f"the worker did not start: {exc}")
+        # The next trial's worker starts now; this trial's measured steps wait until it is up.
+        self._next.begin(client)
+        try:
+            return run_one(client, config, plan, reference, progress,
+                           stop_if_slower_than_ms=stop_ms, reference_dir=reference_dir)
+        finally:
+            client.stop()
+
+    def close(self) -> None:
+        self._next.close()

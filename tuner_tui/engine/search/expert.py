@@ -1,0 +1,122 @@
+"""The recipe an expert would write for this machine and model, measured right after the
+baseline: every speed lever at the value its prior expects the most of (on a GPU: bf16, SDPA,
+torch.compile, fused AdamW, the fused linear + cross-entropy; bf16 weights on a large model),
+made to fit the memory budget by the memory levers that free the most memory for the least
+speed, and at the largest batch the memory model says fits comfortably (where the batch is
+searched). From it on, the search holds a recommendation at least this good. Torch-free."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from strategies.config import ConfigError, TuneConfig
+from strategies.registry import OPTIONS
+from tuner_tui.engine.search.fit import Footprint
+from tuner_tui.engine.search.priors import Context, move_prior
+from tuner_tui.engine.search.space import SearchSpace
+
+FIT_SHARE = 0.9
+"""The recipe is made to fit in this share of the budget (the estimate may miss by a little)."""
+GROW_SHARE = 0.7
+"""The batch is doubled while the estimate stays within this share of the budget ..."""
+GROW_DOUBLINGS = 2
+"""... at most this many times: past a few doublings a larger batch buys little speed."""
+MOVED_FIRST = ("compile_mode",)
+"""Decided first: what pays beside it (kernels, attention) depends on whether it compiles."""
+
+
+def variant(space: SearchSpace, config: TuneConfig, **changes) -> TuneConfig | None:
+    """`config` with `changes`, as the space puts it; None where the rules refuse it."""
+    try:
+        return space.canonical(config.replace(**changes))
+    except ConfigError:
+        return None
+
+
+def speed_recipe(space: SearchSpace, ctx: Context, start: TuneConfig) -> TuneConfig:
+    """Each searched speed lever at the value whose prior mean is highest, in turn."""
+    keys = [k for k, _ in space.choices if OPTIONS[k].search.lever in ("speed", "both")
+            and k not in ("batch_size", "micro_batch_size")]
+    keys.sort(key=lambda k: k not in MOVED_FIRST)
+    config = start
+    for key in keys:
+        best, gain = config, 0.0
+        for value in space.values(key):
+            child = variant(space, config, **{key: value})
+            if child is None or child == config:
+                continue
+            mean = move_prior(key, config, child, ctx).mean
+            if mean > gain:
+                best, gain = child, mean
+        config = best
+    return config
+
+
+def memory_moves(space: SearchSpace, config: TuneConfig) -> Iterator[tuple[str, TuneConfig]]:
+    """Single changes of the options that free memory (the memory levers, the micro-batch one
+    step smaller)."""
+    for key, values in space.choices:
+        if OPTIONS[key].search.lever not in ("memory", "both") or key in (
+                "batch_size", "micro_batch_size"):
+            continue
+        for value in values:
+            child = variant(space, config, **{key: value})
+            if child is not None and child != config:
+                yield key, child
+    smaller = [m for m in space.micro_batches(config) if m]
+    current = config.micro_batch_size or space.rank_batch(config)
+    below = [m for m in smaller if m < current]
+    if below:
+        child = variant(space, config, micro_batch_size=max(below))
+        if child is not None and child != config:
+            yield "micro_batch_size", child
+
+
+def fit(space: SearchSpace, ctx: Context, footprint: Footprint, config: TuneConfig,
+        budget: int, share: float = FIT_SHARE) -> TuneConfig:
+    """`config` with memory levers added, the most memory freed per speed lost first, until its
+    estimate is within `share` of the budget (or nothing frees more)."""
+    for _ in range(12):
+        peak = footprint.bytes(config)
+        if peak is None or peak <= budget * share:
+            return config
+        best, best_value = None, 0.0
+        for key, child in memory_moves(space, config):
+            after = footprint.bytes(child)
+            if after is None or after >= peak:
+                continue
+            loss = max(0.005, -move_prior(key, config, child, ctx).mean)
+            value = (peak - after) / loss
+            if after <= budget * share:
+                value *= 4  # one lever that closes the gap beats two that each half close it
+            if value > best_value:
+                best, best_value = child, value
+        if best is None:
+            return config
+        config = best
+    return config
+
+
+def grow(space: SearchSpace, footprint: Footprint, config: TuneConfig, budget: int) -> TuneConfig:
+    """Doublings of the batch while the estimate stays within GROW_SHARE of the budget."""
+    if "batch_size" not in dict(space.choices):
+        return config
+    for _ in range(GROW_DOUBLINGS):
+        batch = config.batch_size or space.default_batch
+        child = variant(space, config, batch_size=batch * 2)
+        if child is None or not space.contains(child):
+            break
+        peak = footprint.bytes(child)
+        if peak is None or peak > budget * GROW_SHARE:
+            break
+        config = child
+    return config
+
+
+def expert_recipe(space: SearchSpace, ctx: Context, footprint: Footprint,
+                  budget: int | None) -> TuneConfig:
+    config = speed_recipe(space, ctx, space.start())
+    if budget is not None:
+        config = fit(space, ctx, footprint, config, budget)
+        config = grow(space, footprint, config, budget)
+    return config

@@ -1,0 +1,311 @@
+"""What a change of configuration is expected to do to throughput, before it is measured.
+
+A move changes one option (or a few together) of a measured configuration. Its effect is a log
+ratio of throughputs with a mean and a standard deviation: the shipped prior of each value
+(`SearchFacts.prior` in the registry), sharpened by evidence, the measured pairs of trials that
+differ by the same change, from this search and from this machine's result store (other
+workloads count less, and less again for a model of another size class; a pair measured in
+another context counts less the more options differ). So a lever measured once here is
+predicted from that measurement the next time, and a second model on the same machine starts
+from what the first taught. Failures (a compile error, a crash, lost numerics) lower the
+chance that the values involved work again, the riskiest first. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from strategies.config import TuneConfig
+from strategies.options import Prior
+from strategies.registry import OPTIONS
+from tuner_tui.engine.protocol import TrialResult
+
+LARGE_MODEL = 1e9
+"""Parameters from which a model counts as large for the priors (`Prior.large`)."""
+UNKNOWN = Prior((0.0, 0.05))
+"""A value without a declared prior: expected to change nothing, with a little doubt."""
+FAILED = ("compile", "crash", "diverged", "invalid", "numerics", "loss-mismatch")
+"""Statuses that count against the change that led to them (out of memory is the memory
+model's business)."""
+SEARCH_SD = 0.02
+"""The measurement's own uncertainty in a pair of this search (a few % of run-to-run noise)."""
+CONTEXT_SD = 0.03
+"""Added per option in which the pair's configuration differs from where the move is made."""
+OTHER_WORKLOAD_SD = 0.05
+OTHER_SIZE_SD = 0.10
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the priors depend on besides the move."""
+
+    device: str
+    """cuda or cpu."""
+    large: bool = False
+    """A model of LARGE_MODEL parameters or more."""
+    default_batch: int = 1
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A predicted log throughput ratio (or log throughput): normal, mean and deviation."""
+
+    mean: float
+    sd: float
+
+    def plus(self, other: "Estimate") -> "Estimate":
+        return Estimate(self.mean + other.mean, math.hypot(self.sd, other.sd))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Evidence: the log ratio of `after` over `before`, which differ by a move of `key`."""
+
+    key: str
+    before: TuneConfig
+    after: TuneConfig
+    log_ratio: float
+    extra_sd: float
+    """Beyond the context's: another workload, another size class."""
+
+
+def _batch(c: TuneConfig, ctx: Context) -> int:
+    return c.batch_size or ctx.default_batch
+
+
+def _micro(c: TuneConfig, ctx: Context) -> int:
+    return c.micro_batch_size or max(1, _batch(c, ctx) // c.devices)
+
+
+def value_prior(key: str, value, ctx: Context, compiled: bool) -> tuple[float, float]:
+    """The prior of one value against its option's default (0, 0 for the default itself)."""
+    option = OPTIONS[key]
+    if _plain(value) == _plain(option.default):
+        return 0.0, 0.0
+    return option.search.prior.get(value, UNKNOWN).pick(ctx.device, compiled, ctx.large)
+
+
+def _kernels_prior(kernels: Iterable[str], ctx: Context, compiled: bool) -> tuple[float, float]:
+    facts = OPTIONS["fused_kernels"].search.prior
+    mean = var = 0.0
+    for k in kernels:
+        m, s = facts.get(k, UNKNOWN).pick(ctx.device, compiled, ctx.large)
+        mean, var = mean + m, var + s * s
+    return mean, var
+
+
+def move_prior(key: str, parent: TuneConfig, child: TuneConfig, ctx: Context) -> Estimate:
+    """The shipped prior of moving `key` from parent's value to child's (what goes with it in
+    the child, such as the AdamW made inert by bf16 weights, is part of the move)."""
+    compiled = child.compile_mode != "off"
+    if key == "batch_size":
+        doublings = math.log2(_batch(child, ctx) / _batch(parent, ctx))
+        m, s = OPTIONS[key].search.prior["x2"].pick(ctx.device, compiled, ctx.large)
+        return Estimate(m * doublings, s * abs(doublings))
+    if key == "micro_batch_size":
+        halvings = math.log2(_micro(parent, ctx) / _micro(child, ctx))
+        m, s = OPTIONS[key].search.prior["/2"].pick(ctx.device, compiled, ctx.large)
+        return Estimate(m * halvings, s * abs(halvings))
+    if key == "fused_kernels":
+        before, after = set(parent.effective_kernels()), set(child.effective_kernels())
+        m_add, v_add = _kernels_prior(after - before, ctx, compiled)
+        m_rem, v_rem = _kernels_prior(before - after, ctx, compiled)
+        return Estimate(m_add - m_rem, math.sqrt(v_add + v_rem + 1e-4))
+    m_to, s_to = value_prior(key, _plain(child[key]), ctx, compiled)
+    m_from, s_from = value_prior(key, _plain(parent[key]), ctx, parent.compile_mode != "off")
+    # Values of one option share most of their doubt (bf16 and fp16 are both half precision):
+    # between two values the deviation is what one has beyond the other.
+    return Estimate(m_to - m_from, math.sqrt(abs(s_to ** 2 - s_from ** 2) + 0.03 ** 2))
+
+
+def move_of(before: TuneConfig, after: TuneConfig, canonical) -> str | None:
+    """The one option whose change takes `before` to `after` (with what goes with it under
+    `canonical`), or None where they differ by more than one move."""
+    differing = [k for k in OPTIONS if _plain(before[k]) != _plain(after[k])]
+    if not differing:
+        return None
+    if len(differing) == 1:
+        return differing[0]
+    for key in differing:
+        try:
+            if canonical(before.replace(**{key: after[key]})) == after:
+                return key
+        except Exception:  # a combination the rules refuse: not this key
+            continue
+    return None
+
+
+def distance(a: TuneConfig, b: TuneConfig) -> int:
+    return sum(_plain(a[k]) != _plain(b[k]) for k in OPTIONS)
+
+
+class Priors:
+    """The expected effect of moves for one search: shipped priors, this search's measured pairs
+    and the store's, and the failures seen."""
+
+    def __init__(self, ctx: Context, canonical, store_pairs: Sequence[Pair] = ()) -> None:
+        self.ctx = ctx
+        self.canonical = canonical
+        self.pairs: dict[str, list[Pair]] = defaultdict(list)
+        for pair in store_pairs:
+            self.pairs[pair.key].append(pair)
+        self.failures: dict[tuple[str, object], float] = {}
+        self.successes: dict[tuple[str, object], int] = {}
+
+    # -- learning ------------------------------------------------------------------------------
+    def observe(self, config: TuneConfig, result: TrialResult) -> None:
+        """A trial ended: a failure is blamed on its risky values in proportion to their risk,
+        a success clears each of them once more."""
+        values = risky_values(config)
+        if result.status in FAILED and values:
+            total = sum(risk_of(*v) for v in values)
+            for key, value in values:
+                blame = risk_of(key, value) / total
+                self.failures[(key, value)] = self.failures.get((key, value), 0.0) + blame
+                for sibling in _siblings(key, value):  # float8 rowwise fails where tensorwise did
+                    self.failures[sibling] = self.failures.get(sibling, 0.0) + blame / 2
+        elif result.status in ("ok", "stopped"):
+            for value in values:
+                self.successes[value] = self.successes.get(value, 0) + 1
+
+    def add_pair(self, before: TuneConfig, b: TrialResult, after: TuneConfig, a: TrialResult,
+                 extra_sd: float = 0.0) -> None:
+        key = move_of(before, after, self.canonical)
+        if key is None or not (a.tokens_per_s and b.tokens_per_s):
+            return
+        self.pairs[key].append(Pair(key, before, after,
+                                    math.log(a.tokens_per_s / b.tokens_per_s), extra_sd))
+
+    def learn_from(self, measured: Sequence[tuple[TuneConfig, TrialResult]], new: TuneConfig,
+                   result: TrialResult) -> None:
+        """Every pair the new trial makes with those measured before it (single moves only)."""
+        if not _speed_known(result):
+            return
+        for config, other in measured:
+            if config == new or not _speed_known(other):
+                continue
+            if move_of(config, new, self.canonical) is not None:
+                self.add_pair(config, other, new, result)
+
+    # -- prediction ----------------------------------------------------------------------------
+    def move(self, key: str, parent: TuneConfig, child: TuneConfig) -> Estimate:
+        """The prior of the move sharpened by the measured pairs of the same change."""
+        prior = move_prior(key, parent, child, self.ctx)
+        precision = 1 / prior.sd ** 2
+        weighted = prior.mean * precision
+        want_from, want_to = _plain(parent[key]), _plain(child[key])
+        for pair in self.pairs.get(key, ()):
+            got_from, got_to = _plain(pair.before[key]), _plain(pair.after[key])
+            if (got_from, got_to) == (want_from, want_to):
+                ratio = pair.log_ratio
+            elif (got_from, got_to) == (want_to, want_from):
+                ratio = -pair.log_ratio
+            elif key in ("batch_size", "micro_batch_size"):
+                ratio = self._scaled(key, pair, parent, child)
+                if ratio is None:
+                    continue
+            else:
+                continue
+            sd = SEARCH_SD + CONTEXT_SD * distance(pair.before, parent) + pair.extra_sd
+            weighted += ratio / sd ** 2
+            precision += 1 / sd ** 2
+        return Estimate(weighted / precision, math.sqrt(1 / precision))
+
+    def _scaled(self, key: str, pair: Pair, parent: TuneConfig, child: TuneConfig) -> float | None:
+        """A batch or micro-batch pair of another size, per doubling, applied to this move."""
+        size = _batch if key == "batch_size" else _micro
+        measured = math.log2(size(pair.after, self.ctx) / size(pair.before, self.ctx))
+        wanted = math.log2(size(child, self.ctx) / size(parent, self.ctx))
+        if measured == 0 or wanted == 0 or (measured > 0) != (wanted > 0):
+            return None
+        return pair.log_ratio / measured * wanted
+
+    def chance_it_works(self, config: TuneConfig) -> float:
+        """How likely the configuration runs and keeps the numerics: the product over its values
+        that can fail of each one's chance. A value that has worked here is as good as its
+        declared risk says (less with every success); one that has not takes each failure
+        blamed on it as evidence that it fails here (failures on one machine and model repeat:
+        a compile error comes back in every configuration that has the value)."""
+        chance = 1.0
+        for value in risky_values(config):
+            risk, ok = risk_of(*value), self.successes.get(value, 0)
+            if ok:
+                chance *= 1 - risk / (1 + ok)
+            else:
+                chance *= (1 - risk) * FAILURE_EVIDENCE ** self.failures.get(value, 0.0)
+        return chance
+
+
+FAILURE_EVIDENCE = 0.25
+"""What one failure blamed wholly on a value leaves of its chance to work."""
+
+
+def risk_of(key: str, value) -> float:
+    prior = OPTIONS["fused_kernels"].search.prior.get(value) if key == "fused_kernels" else \
+        OPTIONS[key].search.prior.get(value)
+    return prior.risk if prior is not None else UNKNOWN.risk
+
+
+def _siblings(key: str, value) -> list[tuple[str, object]]:
+    """The option's other values that are not its default (the kernels: none)."""
+    if key == "fused_kernels":
+        return []
+    option = OPTIONS[key]
+    return [(key, v) for v in option.search.values or getattr(option, "choices", ())
+            if v != value and v != option.default]
+
+
+def risky_values(config: TuneConfig) -> list[tuple[str, object]]:
+    """The values of a configuration that could make it fail: every option not at its default
+    (each fused kernel apart), but the batch and micro-batch sizes and clipping."""
+    found = []
+    for key, option in OPTIONS.items():
+        if key in ("batch_size", "micro_batch_size", "grad_clip", "devices", "checkpoint_every"):
+            continue
+        if key == "fused_kernels":
+            found += [(key, k) for k in config.effective_kernels()]
+        elif _plain(config[key]) != _plain(option.default):
+            found.append((key, _plain(config[key])))
+    return found
+
+
+def _speed_known(r: TrialResult) -> bool:
+    return r.status in ("ok", "stopped") and bool(r.tokens_per_s)
+
+
+def _plain(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def store_pairs(rows: Iterable[tuple[str, TrialResult]], workload_key: str, large: bool,
+                canonical, size_of) -> list[Pair]:
+    """The measured pairs in this machine's store (`rows`: workload key and result), each
+    weighed by where it comes from. `size_of(workload key)` says whether that workload's model
+    is large (None: unknown)."""
+    by_workload: dict[str, list[TrialResult]] = defaultdict(list)
+    for key, result in rows:
+        if _speed_known(result):
+            by_workload[key].append(result)
+    pairs: list[Pair] = []
+    for key, results in by_workload.items():
+        extra = 0.0
+        if key != workload_key:
+            extra = OTHER_WORKLOAD_SD + (OTHER_SIZE_SD if size_of(key) not in (None, large) else 0.0)
+        configs = []
+        for r in results:
+            try:
+                configs.append((r.tune_config, r))
+            except Exception:  # a row this version no longer reads
+                continue
+        for i, (a, ra) in enumerate(configs):
+            for b, rb in configs[i + 1:]:
+                if distance(a, b) > 3:
+                    continue
+                moved = move_of(a, b, canonical)
+                if moved is not None:
+                    pairs.append(Pair(moved, a, b, math.log(rb.tokens_per_s / ra.tokens_per_s),
+                                      extra))
+    return pairs
