@@ -197,17 +197,23 @@ class ResultStore:
         return store
 
     def _to_memory(self, why: str, locked: bool) -> None:
-        """From now on, results go to (and come from) a database in memory; said once."""
+        """From now on, results go to (and come from) a database in memory, a copy of the
+        file's where it can still be read (read-only, locked); said once."""
         if self._db is not None:
             self._db.close()
-        self._db = sqlite3.connect(":memory:", isolation_level=None)
-        for statement in filter(str.strip, _SCHEMA.split(";")):
-            self._db.execute(statement)
+        self._db = _copy_of(self.path)
+        copied = self._db is not None
+        if not copied:
+            self._db = sqlite3.connect(":memory:", isolation_level=None)
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
         self.in_memory, self._save_at_close = why, locked
+        kept = ("in a copy of the store in memory (its results are reused" if copied
+                else "in memory (none is reused")
         then = ("stored in the file at the end if the lock is gone then" if locked
                 else "none is stored in the file")
-        self._tell(f"{why}; this run goes on with its results kept in memory ({then}; the "
-                   "report, --json and the export have them all)")
+        self._tell(f"{why}; this run goes on with its results kept {kept}; {then}; the report, "
+                   "--json and the export have them all)")
 
     def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -409,6 +415,37 @@ def open_store(path: str | os.PathLike | None = None,
         return ResultStore(path, on_problem)
     except StoreError as exc:
         return ResultStore.in_memory_for(path, str(exc), on_problem, exc.locked)
+
+
+def _copy_of(path: Path) -> sqlite3.Connection | None:
+    """The store at `path` copied into a database in memory, read without writing to the file
+    (which may be read-only or locked by a writer); None where it cannot be read whole, or was
+    written with another schema."""
+    try:
+        _check_path(path)
+        uri = path.resolve().as_uri()
+    except (StoreError, OSError, ValueError):
+        return None
+    # mode=ro reads alongside a writer; immutable=1 reads a WAL database in a folder this
+    # process cannot write (mode=ro would need to create its -shm file there).
+    for query in ("mode=ro", "immutable=1"):
+        source = memory = None
+        try:
+            source = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=1.0)
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            source.backup(memory)
+            if memory.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                memory.close()
+                return None
+            memory.execute("SELECT COUNT(*) FROM results").fetchone()
+            return memory
+        except sqlite3.Error:
+            if memory is not None:
+                memory.close()
+        finally:
+            if source is not None:
+                source.close()
+    return None
 
 
 def _check_path(path: Path) -> None:
