@@ -96,7 +96,8 @@ def check_writable(path: str | os.PathLike, what: str = "") -> None:
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     except OSError as exc:
-        raise WriteError(f"{name}: cannot write in folder {folder}: {exc.strerror or exc}") from None
+        why = exc.strerror or exc
+        raise WriteError(f"{name}: cannot write in folder {folder}: {why}") from None
     os.close(fd)
     os.unlink(probe)
 

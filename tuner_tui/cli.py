@@ -249,7 +249,9 @@ def check_output(path: str | None, flag: str, config_file: bool = False) -> None
 
 def shown(text: str, limit: int = 40) -> str:
     """A user's value for a message, cut short if it is long (a 5,000-digit number)."""
-    return repr(text) if len(text) <= limit else f"{text[:limit // 2]!r}... ({len(text)} characters)"
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit // 2]!r}... ({len(text)} characters)"
 
 
 def parse_memory_budget(text: str) -> int:

@@ -186,7 +186,8 @@ def test_the_import_path_handed_to_a_worker_ends_with_the_current_folder(tmp_pat
     with clean_import_path():
         assert sys.path == ["/lib/a", "/lib/b", "", str(tmp_path)]
         assert os.environ["PYTHONSAFEPATH"] == "1"
-    assert sys.path == ["", str(tmp_path), "/lib/a", "/lib/b"] and "PYTHONSAFEPATH" not in os.environ
+    assert sys.path == ["", str(tmp_path), "/lib/a", "/lib/b"]
+    assert "PYTHONSAFEPATH" not in os.environ
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # put there by the user: left where it is
     with clean_import_path():
         assert sys.path == ["", str(tmp_path), "/lib/a", "/lib/b"]

@@ -84,7 +84,8 @@ def clean_import_path():
     user's `module:function` is still found (cli.check_run_options puts it there). A folder
     the user put on PYTHONPATH stays where they put it."""
     here = os.path.realpath(os.getcwd())
-    explicit = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    explicit = {os.path.realpath(p)
+                for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     saved_path, saved_env = list(sys.path), os.environ.get("PYTHONSAFEPATH")
     current = [] if here in explicit else [
         p for p in saved_path if os.path.realpath(p or ".") == here]

@@ -53,7 +53,8 @@ def problems(environ=os.environ) -> list[str]:
     out = []
     mode = environ.get("GPUTUNE_PARTIAL_SUMS")
     if mode is not None and mode not in PARTIAL_SUMS_MODES:
-        out.append(f"GPUTUNE_PARTIAL_SUMS is {_shown(mode)}; allowed: {', '.join(PARTIAL_SUMS_MODES)}")
+        out.append(f"GPUTUNE_PARTIAL_SUMS is {_shown(mode)}; allowed: "
+                   + ", ".join(PARTIAL_SUMS_MODES))
     rows = environ.get("GPUTUNE_LCE_CHUNK_ROWS", "").strip()
     if rows and not (re.fullmatch(r"[0-9]{1,10}", rows) and 1 <= int(rows) <= MAX_CHUNK_ROWS):
         out.append(f"GPUTUNE_LCE_CHUNK_ROWS is {_shown(rows)}; allowed: a positive integer "

@@ -52,7 +52,8 @@ def start_timeout_s() -> float:
     return kernel_knobs.workload_timeout_s() + 120.0
 
 
-def start_worker(spec: WorkerSpec, timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
+def start_worker(spec: WorkerSpec,
+                 timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
     timeout = start_timeout_s() if timeout is None else timeout
     client = WorkerClient(spec)
     client.start()

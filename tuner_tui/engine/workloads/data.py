@@ -66,7 +66,8 @@ class TextFileTokens:
                 raise ValueError(
                     f"--data file {path} holds {size / gib:.1f} GiB, more than the "
                     f"{limit / gib:.1f} GiB allowed here (a quarter of the available memory: "
-                    f"each worker reads it into memory); use a part of it, e.g. head -c 1G {path} > part.txt")
+                    f"each worker reads it into memory); use a part of it, e.g. head -c 1G "
+                    f"{path} > part.txt")
             data = bytearray(size)
             view, read = memoryview(data), 0
             while read < size:  # one read() returns at most 2 GiB on Linux
