@@ -316,6 +316,7 @@ class ResultStore:
             canonical_json(dict(environment)),
             time.time(),
         )
+
         def write() -> None:
             with self._transaction():
                 self._db.execute(_UPSERT, row)
