@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from strategies.errors import ConfigError
-from strategies.files import WriteError, write_atomic
+from strategies.files import ReadError, WriteError, read_capped, write_atomic
 from strategies.registry import (
     OPTIONS, RULES, STRATEGIES, Capabilities, micro_batch_problem, option_unavailable,
 )
@@ -237,6 +237,9 @@ def strategy_of(key: str) -> str:
 
 # -- files ----------------------------------------------------------------------------------------
 FORMATS = ("toml", "json")
+MAX_FILE_BYTES = 1 << 20
+"""The largest configuration file read: an exported one is well under 4 KiB; a larger one is
+not a configuration (and /dev/zero must not be read until memory runs out)."""
 
 
 def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
@@ -303,11 +306,9 @@ def read(path: str | os.PathLike) -> ExportedConfig:
     path = Path(path)
     fmt = format_of(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"configuration file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raw = read_capped(path, MAX_FILE_BYTES, f"configuration file {path}")
+    except ReadError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         text = raw.decode("utf-8")
         doc = tomllib.loads(text) if fmt == "toml" else json.loads(text)

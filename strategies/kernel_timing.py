@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from strategies.files import WriteError, write_atomic
+from strategies.files import ReadError, WriteError, read_capped, write_atomic
 
 ROWS = 8192
 """Tokens per timed call: the row count of the issue's benchmark shapes, large enough that the
@@ -42,6 +42,9 @@ MARGIN = 0.03
 """A kernel up to this much slower than the op it replaces still counts as no slower (noise)."""
 MAX_MACHINES = 8
 """Machines (GPU, driver, versions, code) kept in the cache file; the oldest are dropped."""
+MAX_FILE_BYTES = 16 << 20
+"""A cache file larger than this is not one gputune wrote (a few kernels x 8 machines is a few
+KiB): it is measured again and rewritten."""
 NOT_TIMED = {"linear_cross_entropy": "its point is memory (the logits are never built)"}
 """Kernels swapped for what they save, not for speed: never left out on a timing."""
 
@@ -291,8 +294,8 @@ class TimingCache:
 
     def _read(self) -> dict:
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):  # missing or damaged: measured again, then rewritten
+            data = json.loads(read_capped(self.path, MAX_FILE_BYTES))
+        except (ReadError, ValueError):  # missing or damaged: measured again, then rewritten
             return {}
         machines = data.get("machines") if isinstance(data, dict) else None
         return machines if isinstance(machines, dict) else {}

@@ -44,6 +44,12 @@ FUSED_KERNEL_CHOICES = (
 MAX_BATCH_SIZE = 2**20
 """Samples per optimizer step: far above any batch that fits one machine, low enough that a
 typo (1e23) is refused with a message instead of overflowing in the worker."""
+MAX_BLOCKS = 1024
+"""checkpoint_every at most: more blocks than any model has."""
+MAX_DEVICES = 1024
+"""devices at most: more GPUs (or CPU processes) than one host has."""
+MAX_BUCKET_MB = 2**20
+"""ddp_bucket_mb at most (1 TiB): DDP turns it into bytes in a 64-bit integer."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 2,
                 "With checkpointing = every-n: checkpoint one block in this many",
                 minimum=1,
+                maximum=MAX_BLOCKS,
                 label="Checkpoint every",
                 search=SearchFacts(activations=True),
             ),
@@ -266,6 +273,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 1,
                 "GPUs in the group (on the CPU, processes); batch_size is split between them",
                 minimum=1,
+                maximum=MAX_DEVICES,
                 label="Devices",
             ),
             IntOption(
@@ -273,6 +281,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 25,
                 "With parallel = ddp: gradients are all-reduced in buckets of this many MB",
                 minimum=1,
+                maximum=MAX_BUCKET_MB,
                 label="DDP bucket MB",
                 search=SearchFacts(lever="parallel", prior={100: Prior((0.0, 0.02))},
                                    addresses=("communication",)),
@@ -429,6 +438,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "Sequences per forward/backward, gradients accumulated over batch_size / "
                 "micro_batch_size of them (0: the whole batch at once)",
                 minimum=0,
+                maximum=MAX_BATCH_SIZE,
                 label="Micro-batch",
                 search=SearchFacts(
                     lever="memory",

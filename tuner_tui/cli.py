@@ -1,8 +1,10 @@
 """The `gputune` command: the dashboard by default, `bench` and `tune` headless.
 
 User errors (bad flags, bad configuration files, a workload that does not import) print one
-line that names the problem and the allowed values, and exit with code 2. This module imports
-no torch; the worker processes do.
+line that names the problem and the allowed values, and exit with code 2. An output file that
+cannot be written at the end of a run costs only that file: the others are written, one line
+names what was not, and the exit code is 3. A closed terminal or pipe costs only the printing.
+This module imports no torch; the worker processes do.
 """
 
 from __future__ import annotations
@@ -14,20 +16,27 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from strategies.config import (
     ConfigError, ExportedConfig, format_of, parse_assignments, read, save,
 )
-from strategies.files import WriteError, check_writable
+from strategies.files import ReadError, WriteError, check_writable, open_regular, write_all
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
 from tuner_tui.engine import kernel_knobs
 from tuner_tui.engine.paths import compile_cache_environ, module_exists
+from tuner_tui.terminal import terminal_streams
 
 DEVICES = ("auto", "cuda", "cpu")
 PROFILE_STEPS = 3
 """Steps a profile summarizes (the same as profiler.PROFILE_STEPS, which imports torch)."""
 EXIT_USAGE = 2
+EXIT_NOT_WRITTEN = 3
+"""The run ended, but an output it was asked for (--json, --export, --out) could not be
+written; the line before the exit says which and why."""
+MAX_MEMORY_BYTES = 1 << 60
+"""--max-memory above 1 EiB is a typo, not a budget."""
 MAX_SEED = 2**32 - 1
 """Seeds are mixed with the step number into torch generator seeds, which must fit 64 bits."""
 
@@ -184,11 +193,10 @@ def check_run_options(args) -> None:
     if args.device not in DEVICES:
         raise UsageError(f"unknown device {args.device!r}: allowed devices are cuda, cpu, auto")
     if args.data is not None:
-        path = Path(args.data)
-        if not path.is_file():
-            raise UsageError(f"--data file {args.data} does not exist")
-        if not os.access(path, os.R_OK):
-            raise UsageError(f"--data file {args.data} is not readable")
+        try:
+            open_regular(args.data, f"--data file {args.data}").close()
+        except ReadError as exc:
+            raise UsageError(f"{exc} (a text file is wanted)") from None
     if args.seq_len is not None and not 1 <= args.seq_len <= 2**24:
         raise UsageError(f"--seq-len {args.seq_len} is out of range: an integer from 1 to {2**24}")
     if not 0 <= args.seed <= MAX_SEED:
@@ -239,6 +247,28 @@ def check_output(path: str | None, flag: str, config_file: bool = False) -> None
         raise UsageError(str(exc)) from None
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """A user's value for a message, cut short if it is long (a 5,000-digit number)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit // 2]!r}... ({len(text)} characters)"
+
+
+def parse_memory_budget(text: str) -> int:
+    """--max-memory in bytes; UsageError naming the allowed sizes."""
+    from tuner_tui.engine.search.memory import parse_bytes  # torch-free
+
+    try:
+        value = parse_bytes(text)
+    except (ValueError, OverflowError):
+        value = 0
+    if not 0 < value <= MAX_MEMORY_BYTES:
+        raise UsageError(f"--max-memory {shown(text)} is not a size from 1 B to 1 EiB: a number "
+                         "with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. "
+                         "40GiB")
+    return value
+
+
 def check_batch_multiples(choices: list[str]) -> None:
     """`--search batch_size=x2`: a multiple of the workload's default, which only the worker
     knows; the factor itself is checked here."""
@@ -279,6 +309,22 @@ def describe_run(workload: dict, environment: dict) -> str:
     return ", ".join(parts)
 
 
+def write_outputs(outputs: list[tuple[str, str, Callable[[], object]]]) -> list[str]:
+    """Write each output, whatever happens to the others: (what, said when written, write)
+    triples such as ("--json r.json", "wrote r.json", lambda: ...). Prints what was written;
+    returns one "what: why" line per output that was not."""
+    problems = write_all((what, write) for what, _, write in outputs)
+    for what, done, _ in outputs:
+        if what not in problems:
+            print(done)
+    return [f"{what}: {why}" for what, why in problems.items()]
+
+
+def say_not_written(problems: list[str]) -> None:
+    if problems:
+        print("gputune: not written: " + "; ".join(problems), file=sys.stderr)
+
+
 def cmd_bench(args) -> int:
     from tuner_tui.engine import bench, runner, table
     from tuner_tui.engine.noise import noise_lines
@@ -301,54 +347,70 @@ def cmd_bench(args) -> int:
                            trial_timeout_s=args.trial_timeout, overrides=overrides,
                            remeasure_repeats=args.remeasure, fresh=args.fresh,
                            profile_steps=profile_steps(args), trace_dir=args.trace)
+
     def save_rows(results, environment, workload) -> None:
-        bench.write_json(args.json, results, environment, workload, plan)
+        # After each row, so that a bench cut short keeps what it measured; a failure here is
+        # tried again (and reported) at the end.
+        write_all([("--json", lambda: bench.write_json(args.json, results, environment,
+                                                       workload, plan))])
 
-    from tuner_tui.engine.store import ResultStore, StoreError
+    from tuner_tui.engine.store import open_store
 
-    try:
-        store = ResultStore(args.store)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
+    store = open_store(args.store)
+    interrupted = False
     try:
         results, environment, workload = bench.run_bench(
-            plan, strict=strict, on_result=save_rows if args.json else None, store=store
+            plan, out=sys.stdout, strict=strict, on_result=save_rows if args.json else None,
+            store=store,
         )
+    except bench.Interrupted as stop:
+        if not stop.results:
+            raise
+        results, environment, workload, interrupted = (
+            stop.results, stop.environment, stop.workload, True)
+        print("\ninterrupted: the rows measured so far are reported")
     except runner.WorkerStartError as exc:
         raise UsageError(str(exc)) from None
     finally:
         store.close()
     print("\n" + describe_run(workload, environment))
-    # The results first: nothing measured is lost if printing fails.
-    if args.json:
-        bench.write_json(args.json, results, environment, workload, plan)
     print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
     for line in noise_lines(results):
         print(line)
     if plan.profile_steps:
         print(table.format_profiles(results))
-    if args.json:
-        print(f"wrote {args.json}")
-    top = runner.best(results)
-    if args.export:
-        top, verdict = bench.remeasure_best(plan, results)
+    top, verdict = runner.best(results), None
+    if args.export and not interrupted:
+        try:
+            top, verdict = bench.remeasure_best(plan, results, out=sys.stdout)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: the leaders were not re-measured")
         if verdict is not None:
             print(verdict.text())
-            if args.json:
-                bench.write_json(args.json, results, environment, workload, plan, verdict)
-        if top is None:
-            print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
-            return 1
-        measured = top.measured()
-        save(ExportedConfig(top.tune_config, measured, environment,
-                            workload["name"]), args.export)
-        print(f"exported {top.label} to {args.export}")
+    outputs = []
+    if args.json:
+        outputs.append((f"--json {args.json}", f"wrote {args.json}", lambda: bench.write_json(
+            args.json, results, environment, workload, plan, verdict)))
+    if args.export and top is not None:
+        exported = ExportedConfig(top.tune_config, top.measured(), environment, workload["name"])
+        outputs.append((f"--export {args.export}", f"exported {top.label} to {args.export}",
+                        lambda: save(exported, args.export)))
+    problems = write_outputs(outputs)
+    say_not_written(problems)
+    if interrupted:
+        raise KeyboardInterrupt
+    if args.export and top is None:
+        print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
+        return 1
+    if problems:
+        return EXIT_NOT_WRITTEN
     return 0 if any(r.status == "ok" for r in results) else 1
 
 
 def cmd_tune(args) -> int:
     from tuner_tui.engine import runner, search
-    from tuner_tui.engine.store import ResultStore, StoreError
+    from tuner_tui.engine.store import open_store
 
     check_run_options(args)
     check_measure_options(args)
@@ -358,14 +420,7 @@ def cmd_tune(args) -> int:
     check_output(args.out, "--out", config_file=True)
     check_output(args.json, "--json")
     check_batch_multiples(args.choices)
-    max_memory = None
-    if args.max_memory is not None:
-        try:
-            max_memory = search.parse_bytes(args.max_memory)
-        except (ValueError, OverflowError) as exc:
-            raise UsageError(f"--max-memory {args.max_memory!r} is not a size: a number with an "
-                             "optional unit, e.g. 40GiB" if isinstance(exc, OverflowError)
-                             else f"--max-memory {exc}") from None
+    max_memory = None if args.max_memory is None else parse_memory_budget(args.max_memory)
     overrides = parse_overrides(args.overrides)
     choices = {}
     for item in args.choices:
@@ -385,10 +440,7 @@ def cmd_tune(args) -> int:
         remeasure_repeats=args.remeasure, fresh=args.fresh,
         profile_steps=profile_steps(args), trace_dir=args.trace,
     )
-    try:
-        store = ResultStore(args.store)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
+    store = open_store(args.store)
     try:
         outcome = search.Search(plan, store).run()
     except runner.WorkerStartError as exc:
@@ -396,20 +448,33 @@ def cmd_tune(args) -> int:
     finally:
         store.close()
     environment, workload = outcome.environment, outcome.workload
-    print(f"\n{describe_run(workload, environment)}; store {store.path}")
+    where = " (in memory)" if store.in_memory else ""
+    print(f"\n{describe_run(workload, environment)}; store {store.path}{where}")
     print(search.report(outcome))
-    if args.json:
-        search.write_json(args.json, outcome)
-        print(f"wrote {args.json}")
-    exported = search.export(outcome, args.out)
-    if exported is not None:
-        print(f"exported {outcome.recommendation.label} to {args.out}")
+    problems = write_tune_outputs(args, outcome)
+    say_not_written(problems)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
         raise KeyboardInterrupt
-    if exported is None:
+    if outcome.recommendation is None:
         print("nothing exported", file=sys.stderr)
         return 1
-    return 0
+    return EXIT_NOT_WRITTEN if problems else 0
+
+
+def write_tune_outputs(args, outcome) -> list[str]:
+    """--json and the exported recommendation (--out), each written whatever happens to the
+    other; one line per output not written."""
+    from tuner_tui.engine import search
+
+    outputs = []
+    if args.json:
+        outputs.append((f"--json {args.json}", f"wrote {args.json}",
+                        lambda: search.write_json(args.json, outcome)))
+    if outcome.recommendation is not None:
+        outputs.append((f"--out {args.out}",
+                        f"exported {outcome.recommendation.label} to {args.out}",
+                        lambda: search.export(outcome, args.out)))
+    return write_outputs(outputs)
 
 
 def cuda_problem() -> str | None:
@@ -432,14 +497,7 @@ def cuda_problem() -> str | None:
 def cmd_dashboard(args) -> int:
     check_run_options(args)
     start = read(args.config).config if args.config else None
-    budget = None
-    if args.max_memory is not None:
-        from tuner_tui.engine.search.memory import parse_bytes
-
-        try:
-            budget = parse_bytes(args.max_memory)
-        except ValueError as exc:
-            raise UsageError(f"--max-memory {exc}") from None
+    budget = None if args.max_memory is None else parse_memory_budget(args.max_memory)
     if args.device == "cuda":
         problem = cuda_problem()
         if problem:
@@ -454,6 +512,13 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before anything prints or binds sys.stdout (a default argument such as `out=sys.stdout`
+    # binds it at import): a closed terminal then costs the printing, never the results.
+    with terminal_streams():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     # SIGTERM and SIGHUP (the terminal closed) take the same path as Ctrl-C, so `finally`
     # blocks stop the worker processes and multiprocessing removes its semaphores. A SIGHUP
@@ -472,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tune":
             return cmd_tune(args)
         return cmd_dashboard(args)
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, ReadError) as exc:
         print(f"gputune: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

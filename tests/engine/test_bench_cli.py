@@ -96,7 +96,9 @@ def test_bench_records_in_the_store_reuses_it_and_fresh_measures_again(gputune, 
     assert "reused from the store" not in first.stdout and "spread" in first.stdout
     with ResultStore(store) as s:
         (row,) = s.past()
-    assert row.source == "bench" and row.workload == "tiny-mlp seq=1 seed=0 synthetic"
+    # A user's workload is keyed by its code too: its function and a hash of its module.
+    assert row.source == "bench" and row.workload.startswith(
+        "tiny-mlp seq=1 seed=0 synthetic code=tests.engine.user_workloads.tiny_mlp@")
     assert row.fingerprint["code"] and row.fingerprint["gputune"]
     again = gputune(*args)
     assert again.returncode == 0 and "reused from the store (--fresh measures again)" in again.stdout

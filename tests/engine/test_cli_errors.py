@@ -1,5 +1,7 @@
 """Bad input: one line naming the problem and the allowed values, exit code 2, no traceback."""
 
+import os
+
 import pytest
 
 
@@ -184,10 +186,43 @@ def _refused(result, *words):
         (["bench", "--export", "g.yaml"], ["--export", "unknown file format 'yaml'"]),
         (["tune", "--out", "/proc/g.toml"], ["--out /proc/g.toml: cannot write in folder /proc"]),
         (["tune", "--json", "/no/such/t.json"], ["--json /no/such/t.json", "does not exist"]),
+        (["bench", "--json", "/dev/null"], ["--json /dev/null is a character device"]),
+        (["tune", "--out", "/dev/null"], ["--out /dev/null is a character device"]),
+        (["tune", "--max-memory", "1" + "0" * 309 + "B"], ["--max-memory", "(311 characters)",
+                                                          "a size from 1 B to 1 EiB"]),
+        (["--max-memory", "1" + "0" * 309 + "B"], ["--max-memory", "a size from 1 B to 1 EiB"]),
+        (["tune", "--max-memory", "2EiB"], ["--max-memory '2EiB' is not a size from 1 B"]),
+        (["bench", "--set", "parallel=ddp", "--set", "ddp_bucket_mb=99999999999999999999"],
+         ["ddp_bucket_mb = 99999999999999999999 is out of range", "<= 1048576"]),
+        (["tune", "--set", "checkpoint_every=" + "1" + "0" * 30], ["checkpoint_every", "<= 1024"]),
+        (["bench", "--set", "micro_batch_size=" + "9" * 30], ["micro_batch_size", "<= 1048576"]),
+        (["bench", "--set", "devices=100000"], ["devices = 100000 is out of range", "<= 1024"]),
     ],
 )
 def test_bad_numbers_and_paths_are_refused_up_front(cli, args, words):
     _refused(cli(*args, "--device", "cpu"), *words)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("flag", ["bench --config", "tune --compare", "--config", "bench --data",
+                                  "tune --data"])
+def test_a_file_input_that_is_a_pipe_a_device_or_a_folder_is_one_line_never_a_hang(
+        cli, tmp_path, monkeypatch, flag):
+    from tuner_tui import app
+
+    monkeypatch.setattr(app, "run_dashboard", lambda *a: pytest.fail("the dashboard opened"))
+    fifo = tmp_path / "in.toml"
+    os.mkfifo(fifo)  # no writer: a plain open() would wait for one forever
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"# " * (1 << 20))
+    noun = "--data file" if "data" in flag else "configuration file"
+    cases = [(fifo, "is a named pipe (fifo), not a regular file"),
+             ("/dev/zero", "is a character device, not a regular file"),
+             (tmp_path, "is a folder, not a regular file")]
+    if "data" not in flag:
+        cases.append((big, "holds 2097152 bytes, more than the 1048576 allowed"))
+    for path, words in cases:
+        _refused(cli(*flag.split(), str(path), "--device", "cpu"), f"{noun} {path} {words}")
 
 
 def test_a_folder_given_as_an_output_file_is_refused(cli, tmp_path):
@@ -317,6 +352,9 @@ def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune,
     [
         ("GPUTUNE_PARTIAL_SUMS", "torhc", ["GPUTUNE_PARTIAL_SUMS is 'torhc'", "kernel, torch"]),
         ("GPUTUNE_LCE_CHUNK_ROWS", "-4", ["GPUTUNE_LCE_CHUNK_ROWS is '-4'", "a positive integer"]),
+        ("GPUTUNE_LCE_CHUNK_ROWS", "1" * 5000, ["(5000 characters)", "up to 2147483648"]),
+        ("GPUTUNE_LCE_CHUNK_ROWS", "\u00b2", ["GPUTUNE_LCE_CHUNK_ROWS is '\u00b2'"]),
+        ("GPUTUNE_WORKLOAD_TIMEOUT", "inf", ["GPUTUNE_WORKLOAD_TIMEOUT is 'inf'", "up to 86400"]),
         ("GPUTUNE_FAST_LAUNCH", "no", ["GPUTUNE_FAST_LAUNCH is 'no'", "1", "0"]),
         ("GPUTUNE_NATIVE", "of", ["GPUTUNE_NATIVE is 'of'", "1", "0"]),
     ],

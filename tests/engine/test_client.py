@@ -144,3 +144,50 @@ def test_a_worker_busy_in_a_trial_ends_when_its_parent_is_killed(tmp_path):
         assert not alive, "the worker went on training after its parent was killed"
     finally:
         parent.kill()
+
+
+LAUNCHER = """
+import sys
+from tuner_tui.cli import main
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+
+
+def test_modules_in_the_current_folder_never_run_in_the_worker_or_the_tracker(tmp_path):
+    """`gputune` started in a folder that holds a multiprocessing.py and a pickle.py: the
+    worker (spawned with `python -c`) and multiprocessing's resource tracker import the real
+    ones. The launcher stands for the installed `gputune` script, which lives elsewhere."""
+    here, bin_dir = tmp_path / "project", tmp_path / "bin"
+    here.mkdir()
+    bin_dir.mkdir()
+    for name in ("multiprocessing", "pickle"):
+        (here / f"{name}.py").write_text(
+            f"import sys; open({str(tmp_path / ('ran-' + name))!r}, 'w').close(); sys.exit(7)\n")
+    (bin_dir / "gputune").write_text(LAUNCHER)
+    env = dict(_env(), GPUTUNE_HOME=str(tmp_path / "home"))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "pythonpath")])
+    done = subprocess.run(
+        [sys.executable, str(bin_dir / "gputune"), "bench", "--device", "cpu", "--workload",
+         "tests.engine.user_workloads:no_first_batch"],
+        capture_output=True, text=True, timeout=120, cwd=here, env=env)
+    # The worker ran gputune's code: it loaded the workload and refused its first batch.
+    assert done.returncode == 2 and "returned None" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("ran-*")), "a module of the current folder ran"
+
+
+def test_the_import_path_handed_to_a_worker_ends_with_the_current_folder(tmp_path, monkeypatch):
+    from tuner_tui.engine.client import clean_import_path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), "/lib/a", "/lib/b"])
+    with clean_import_path():
+        assert sys.path == ["/lib/a", "/lib/b", "", str(tmp_path)]
+        assert os.environ["PYTHONSAFEPATH"] == "1"
+    assert sys.path == ["", str(tmp_path), "/lib/a", "/lib/b"]
+    assert "PYTHONSAFEPATH" not in os.environ
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # put there by the user: left where it is
+    with clean_import_path():
+        assert sys.path == ["", str(tmp_path), "/lib/a", "/lib/b"]

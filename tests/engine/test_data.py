@@ -45,3 +45,25 @@ def test_a_large_file_costs_about_its_size_in_memory(tmp_path):
     assert done.returncode == 0, done.stderr
     grown = int(done.stdout.split()[-1])
     assert grown < 2 * size, f"{grown / size:.1f}x the file"
+
+
+def test_a_file_larger_than_memory_allows_is_refused_before_it_is_read(tmp_path):
+    import psutil
+    import pytest
+
+    path = tmp_path / "huge.txt"
+    size = int(psutil.virtual_memory().available * 4) + 1
+    with open(path, "wb") as handle:
+        handle.truncate(size)  # sparse: nothing is written to disk
+    with pytest.raises(ValueError, match=r"holds .* GiB, more than the .* GiB allowed here"):
+        TextFileTokens(path, 64, 0)
+
+
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path):
+    import os
+
+    import pytest
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match=r"is a named pipe \(fifo\), not a regular file"):
+        TextFileTokens(tmp_path / "fifo", 64, 0)

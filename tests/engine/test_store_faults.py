@@ -1,11 +1,13 @@
 """A result store that breaks during a search: damaged pages, a row that is not JSON, a lock held
 by another process. Each costs reuse, never a measurement, and is said once."""
 
+import os
 import sqlite3
 import subprocess
 import sys
 import time
 
+import pytest
 
 from strategies.config import TuneConfig
 from tuner_tui.engine import store as store_module
@@ -96,21 +98,104 @@ def test_a_write_waits_with_back_off_for_another_process_lock(tmp_path):
     store.close()
 
 
-def test_a_lock_held_too_long_keeps_the_trial_out_of_the_store_only(tmp_path, monkeypatch):
+def test_a_lock_held_too_long_moves_the_run_to_memory_and_close_stores_it(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "LOCK_WAIT_S", 1.0)
     path = tmp_path / "r.sqlite3"
     _filled(path, rows=1)
     told = []
     store = ResultStore(path, on_problem=told.append)
-    holder = _lock_from_another_process(path, 6.0)
-    store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # does not raise
-    assert any("still locked" in line and "goes on without storing" in line for line in told)
-    holder.kill()
-    holder.wait()
-    assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is None
-    store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # the lock is gone: stored again
-    assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is not None
+    holder = _lock_from_another_process(path, 60.0)
+    try:
+        store.record(_result(9), ENV, "gpt2-tiny", 20, 5)  # waits a second, then memory
+        start = time.monotonic()
+        store.record(_result(10), ENV, "gpt2-tiny", 20, 5)
+        assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is not None
+        assert time.monotonic() - start < 0.5  # no more waits for the rest of the run
+        assert store.in_memory and "still locked" in store.in_memory
+        assert len([line for line in told if "results kept in" in line]) == 1, told
+    finally:
+        holder.kill()
+        holder.wait()
+    store.close()  # the lock is gone: what the run kept in memory goes to the file
+    with ResultStore(path) as again:
+        for batch in (1, 9, 10):
+            assert again.lookup("gpt2-tiny", _result(batch).config, 20, 5, ENV) is not None
+
+
+def test_a_store_locked_at_the_start_and_to_the_end_costs_one_line_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "LOCK_WAIT_S", 1.0)
+    path = tmp_path / "r.sqlite3"
+    _filled(path, rows=1)
+    told = []
+    holder = _lock_from_another_process(path, 60.0)
+    try:
+        store = store_module.open_store(path, on_problem=told.append)
+        assert store.in_memory  # a copy of what the store held: still reused
+        assert store.lookup("gpt2-tiny", _result(1).config, 20, 5, ENV) is not None
+        store.record(_result(9), ENV, "gpt2-tiny", 20, 5)
+        assert store.lookup("gpt2-tiny", _result(9).config, 20, 5, ENV) is not None
+        store.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [line for line in told if "waiting" not in line] == [told[-2], told[-1]], told
+    assert "kept in a copy of the store in memory (its results are reused" in told[-2]
+    assert "1 result(s) of this run were not stored" in told[-1]
+
+
+def _damaged(path) -> None:
+    _filled(path, rows=3)
+    path.write_bytes(path.read_bytes()[:100])  # truncated inside the header
+
+
+def _dangling_link(path) -> None:
+    path.symlink_to(path.parent / "elsewhere" / "target.sqlite3")
+
+
+def _fifo(path) -> None:
+    os.mkfifo(path)
+
+
+def _link_beside(path) -> None:
+    _filled(path, rows=1)
+    path.with_name(path.name + "-wal").symlink_to(path.parent / "victim")
+
+
+@pytest.mark.parametrize("make, words", [
+    (_damaged, "the file is damaged"),
+    (_dangling_link, "is a symbolic link"),
+    (_fifo, "is a named pipe (fifo), not a regular file"),
+    (_link_beside, "r.sqlite3-wal is a symbolic link"),
+])
+def test_a_store_that_cannot_be_used_is_one_line_and_a_store_in_memory(tmp_path, make, words):
+    path = tmp_path / "r.sqlite3"
+    make(path)
+    told = []
+    store = store_module.open_store(path, on_problem=told.append)
+    store.record(_result(4), ENV, "gpt2-tiny", 20, 5)
+    assert store.lookup("gpt2-tiny", _result(4).config, 20, 5, ENV) is not None
     store.close()
+    assert len(told) == 1 and words in told[0] and "kept in memory (none is reused" in told[0], told
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "victim").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_store_is_one_line_and_a_store_in_memory(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    _filled(path, rows=1)
+    with ResultStore(path) as store:
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    path.chmod(0o444)
+    tmp_path.chmod(0o555)
+    try:
+        told = []
+        store = store_module.open_store(path, on_problem=told.append)
+        assert store.lookup("gpt2-tiny", _result(1).config, 20, 5, ENV) is not None  # reused
+        store.record(_result(2), ENV, "gpt2-tiny", 20, 5)
+        store.close()
+    finally:
+        tmp_path.chmod(0o755)
+    assert len(told) == 1 and "the file is read-only" in told[0], told
 
 
 def test_tune_with_a_damaged_store_keeps_every_trial_in_its_json_and_export(gputune, tmp_path):

@@ -127,3 +127,29 @@ def many_tiny_ops():
     torch.set_num_threads(1)
     return Workload(name="many-tiny-ops", build_model=ManyTinyOps, batch=_batch,
                     items_per_sample=1, default_batch_size=2, item_name="samples")
+
+
+def sleeps():
+    import time
+
+    time.sleep(600)  # a dataset server that never answers
+
+
+def negative_items():
+    return Workload(name="tiny-mlp", build_model=TinyMLP, batch=_batch, items_per_sample=-5,
+                    default_batch_size=32)
+
+
+def zero_batch():
+    return Workload(name="tiny-mlp", build_model=TinyMLP, batch=_batch, items_per_sample=1,
+                    default_batch_size=0)
+
+
+def builds_nothing():
+    return Workload(name="tiny-mlp", build_model=lambda: None, batch=_batch, items_per_sample=1,
+                    default_batch_size=32, item_name="samples")
+
+
+def no_first_batch():
+    return Workload(name="tiny-mlp", build_model=TinyMLP, batch=lambda step, size, device: None,
+                    items_per_sample=1, default_batch_size=32)

@@ -123,6 +123,16 @@ class BenchPlan:
                          self.profile_steps, trace)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP (the CLI raises KeyboardInterrupt for all three) during a
+    bench, with the rows measured until then, so that they are reported and written."""
+
+    def __init__(self, results: list[protocol.TrialResult], environment: dict,
+                 workload: dict) -> None:
+        super().__init__()
+        self.results, self.environment, self.workload = results, environment, workload
+
+
 def apply_overrides(configs: list[TuneConfig], overrides: dict) -> list[TuneConfig]:
     return [c.replace(**overrides) for c in configs] if overrides else configs
 
@@ -149,7 +159,8 @@ def run_bench(
     ConfigError before anything runs; otherwise (presets) such rows are skipped with a note.
     `on_result(results so far, environment, workload)` is called after each row, so that a
     bench cut short (a timeout, a killed terminal) keeps the rows it measured. With a `store`,
-    rows are recorded there and (unless `plan.fresh`) reused from it.
+    rows are recorded there and (unless `plan.fresh`) reused from it. Interrupted once the
+    worker is up, it raises `Interrupted` with the rows measured so far.
     """
     progress = Progress(out)
     client, ready = start_worker(plan.spec)
@@ -233,6 +244,8 @@ def run_bench(
                 client.stop()
                 if index < total:
                     client, _ = next_worker.take()
+    except KeyboardInterrupt:
+        raise Interrupted(results, ready.environment, workload) from None
     finally:
         client.stop()
         next_worker.close()

@@ -73,6 +73,34 @@ def _quiet_resource_tracker() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+@contextlib.contextmanager
+def clean_import_path():
+    """While child processes start (the worker, multiprocessing's resource tracker): no
+    folder of the parent's current folder is first on their import path, so that a
+    `multiprocessing.py` or `pickle.py` lying there is never run. Both are started with
+    `python -c`, which puts the current folder first: PYTHONSAFEPATH=1 (inherited, also by the
+    worker's own children) leaves it out; and the import path the worker is handed (spawn's
+    preparation data, a copy of sys.path) has the current folder moved to the end, where a
+    user's `module:function` is still found (cli.check_run_options puts it there). A folder
+    the user put on PYTHONPATH stays where they put it."""
+    here = os.path.realpath(os.getcwd())
+    explicit = {os.path.realpath(p)
+                for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    saved_path, saved_env = list(sys.path), os.environ.get("PYTHONSAFEPATH")
+    current = [] if here in explicit else [
+        p for p in saved_path if os.path.realpath(p or ".") == here]
+    sys.path[:] = [p for p in saved_path if p not in current] + current
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        if saved_env is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = saved_env
+
+
 class WorkerClient:
     """One worker process. Not thread-safe: use it from one thread (the UI's reader thread or the
     bench loop)."""
@@ -89,7 +117,7 @@ class WorkerClient:
     def start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
         # to its child: create the queues with the real stderr too.
-        with _real_stderr():
+        with _real_stderr(), clean_import_path():
             _quiet_resource_tracker()
             self.commands = self._ctx.Queue()
             self.events = self._ctx.Queue()
@@ -107,7 +135,7 @@ class WorkerClient:
         # the mask is restored.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            with _real_stderr():
+            with _real_stderr(), clean_import_path():
                 self.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

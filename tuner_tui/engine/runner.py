@@ -15,7 +15,7 @@ from pathlib import Path
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
-from tuner_tui.engine import protocol
+from tuner_tui.engine import kernel_knobs, protocol
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.progress import Progress
@@ -45,7 +45,16 @@ class WorkerStartError(Exception):
     """The worker could not build the workload (bad --workload or --data): a user error."""
 
 
-def start_worker(spec: WorkerSpec, timeout: float = 300.0) -> tuple[WorkerClient, protocol.WorkerReady]:
+def start_timeout_s() -> float:
+    """How long a worker may take to be ready: importing torch and starting the device, then
+    the workload's function and first batch, which the worker itself times
+    (kernel_knobs.workload_timeout_s) so that it can say what it waited for."""
+    return kernel_knobs.workload_timeout_s() + 120.0
+
+
+def start_worker(spec: WorkerSpec,
+                 timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
+    timeout = start_timeout_s() if timeout is None else timeout
     client = WorkerClient(spec)
     client.start()
     event = client.wait_event(timeout)
@@ -53,9 +62,14 @@ def start_worker(spec: WorkerSpec, timeout: float = 300.0) -> tuple[WorkerClient
         event = client.wait_event(timeout)
     if isinstance(event, protocol.WorkerReady):
         return client, event
+    hung = client.is_alive()
     client.stop()
     if isinstance(event, protocol.RunFailed):
         raise WorkerStartError(event.message)
+    if hung:
+        raise WorkerStartError(f"the worker was not ready within {timeout:.0f} s (it imports "
+                               f"torch, starts the {spec.device} device and loads the workload "
+                               f"{spec.workload!r}); it was stopped")
     raise WorkerStartError(f"the worker did not start (exit code {client.exitcode()})")
 
 
@@ -67,9 +81,9 @@ class NextWorker:
     The current trial's measured steps are held (`WorkerClient.hold_measurement`) until the
     next worker is up, so that no process start overlaps a measurement."""
 
-    def __init__(self, spec: WorkerSpec, start_timeout: float = 300.0) -> None:
+    def __init__(self, spec: WorkerSpec, start_timeout: float | None = None) -> None:
         self.spec = spec
-        self.start_timeout = start_timeout
+        self.start_timeout = start_timeout_s() if start_timeout is None else start_timeout
         self._client: WorkerClient | None = None
         self._thread: threading.Thread | None = None
         self._ready: protocol.WorkerReady | None = None

@@ -9,8 +9,11 @@ again), and the dashboard can list what was measured here before. `tune` and `be
 A result measured by other code or on another machine never matches.
 
 The database runs in WAL mode and every write is one transaction: a process killed in the middle
-of a write leaves the previous state, never a half-written row. Torch-free (the parent process
-and the dashboard use it).
+of a write leaves the previous state, never a half-written row. The file is never opened through
+a symbolic link. A store that cannot be used (locked by another process for longer than
+`LOCK_WAIT_S`, damaged, truncated, read-only) costs a run reuse and storing, never its
+measurements: `open_store` and a store that breaks mid-run go on in memory, with one line saying
+so. Torch-free (the parent process and the dashboard use it).
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from strategies.files import kind_of
 from tuner_tui.engine.paths import gputune_home
 from tuner_tui.engine.protocol import TrialResult
 
@@ -31,9 +36,12 @@ SCHEMA_VERSION = 2
 """2: results keyed by the code hash and gputune's version too, in a new table; the rows of
 schema 1 (table `trials`), keyed without them, are left in the file and never read."""
 
-LOCK_WAIT_S = 120.0
-"""How long a write waits, with back-off, for another process's lock before the trial is kept
-only in memory (the report, the JSON and the export still have it)."""
+LOCK_WAIT_S = 10.0
+"""How long the store waits, with back-off, for another process's lock (a write by another
+gputune takes milliseconds) before this run keeps its results in memory instead."""
+
+SIDE_FILES = ("-wal", "-shm", "-journal")
+"""The files SQLite keeps beside the database, checked like it: never opened through a link."""
 
 FINGERPRINT_KEYS = (
     "device", "gpu_name", "gpu_count", "driver", "cuda", "torch", "triton", "gputune", "code",
@@ -78,11 +86,14 @@ def canonical_json(value: Any) -> str:
 
 def workload_key(workload: Mapping) -> str:
     """What makes two runs of a workload the same: its name, sequence length, seed and data,
-    from a `WorkerReady.workload` (the worker adds the seed and the resolved data path). The
-    one key `tune` and `bench` store under and the dashboard's history asks for."""
+    and for a user's `module:function` its code (`Workload.code`: the function's qualified name
+    and a hash of its module's file, so an edited model is measured again), from a
+    `WorkerReady.workload` (the worker adds the seed and the resolved data path). The one key
+    `tune` and `bench` store under and the dashboard's history asks for."""
     data = f"data={workload['data']}" if workload.get("data") else "synthetic"
+    code = f" code={workload['code']}" if workload.get("code") else ""
     return (f"{workload['name']} seq={workload.get('items_per_sample')} "
-            f"seed={workload.get('seed', 0)} {data}")
+            f"seed={workload.get('seed', 0)} {data}{code}")
 
 
 def fingerprint(environment: Mapping) -> dict:
@@ -115,6 +126,9 @@ class StoredTrial:
 class StoreError(Exception):
     """The store cannot be opened or is not a gputune store; the message is one line."""
 
+    locked = False
+    """True when the cause is another process's lock, which may be gone later."""
+
 
 def _warn(message: str) -> None:
     print(f"gputune: {message}", file=sys.stderr, flush=True)
@@ -129,9 +143,11 @@ def _is_lock(exc: sqlite3.Error) -> bool:
 class ResultStore:
     """A handle on one store file. Cheap to open; use it from one thread.
 
-    A store that breaks during a search (damaged pages, a row that is not JSON, a lock another
-    process holds too long) costs reuse, never a measurement: `lookup` then finds nothing,
-    `record` keeps nothing, and `on_problem` (stderr by default) says so once per problem."""
+    A store that breaks during a search (damaged pages, a row that is not JSON) costs reuse,
+    never a measurement: `lookup` then finds nothing, `record` keeps nothing, and `on_problem`
+    (stderr by default) says so once per problem. A lock another process holds for longer than
+    LOCK_WAIT_S moves the store into memory for the rest of the run (no more waits), and
+    `close` stores what it kept there if the lock is gone by then."""
 
     def __init__(
         self, path: str | os.PathLike | None = None,
@@ -140,18 +156,64 @@ class ResultStore:
         self.path = Path(path) if path is not None else default_path()
         self.on_problem = on_problem
         self._told: set[str] = set()
+        self.in_memory = ""
+        """Why this store keeps its results in memory instead of its file; "" while it does not."""
+        self._unsaved: list[tuple] = []
+        """Rows recorded in memory because the file was locked: `close` tries to store them."""
+        self._save_at_close = False
+        self._db: sqlite3.Connection | None = None
         try:
+            _check_path(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT), so a
             # write is exactly one transaction whatever the sqlite3 module's defaults. SQLite's
             # own wait is short; `_retrying` backs off and says why it waits.
             self._db = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
             self._retrying(self._open)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open result store {self.path}: {_why(exc)}") from None
-        except OSError as exc:
-            detail = exc.strerror or exc
-            raise StoreError(f"cannot open result store {self.path}: {detail}") from None
+        except BaseException as exc:
+            if self._db is not None:
+                self._db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                error = StoreError(f"cannot open result store {self.path}: {_why(exc)}")
+                error.locked = _is_lock(exc)
+                raise error from None
+            if isinstance(exc, OSError):
+                detail = exc.strerror or exc
+                raise StoreError(f"cannot open result store {self.path}: {detail}") from None
+            raise
+
+    @classmethod
+    def in_memory_for(cls, path: str | os.PathLike | None, why: str,
+                      on_problem: Callable[[str], None] = _warn,
+                      locked: bool = False) -> "ResultStore":
+        """A store that keeps this run's results in memory, standing in for the file at `path`
+        that cannot be used; `on_problem` is told `why` once. `locked`: the file was only
+        locked, so `close` tries to store the results there."""
+        store = cls.__new__(cls)
+        store.path = Path(path) if path is not None else default_path()
+        store.on_problem, store._told, store._unsaved = on_problem, set(), []
+        store._db = None
+        store._to_memory(why, locked)
+        return store
+
+    def _to_memory(self, why: str, locked: bool) -> None:
+        """From now on, results go to (and come from) a database in memory, a copy of the
+        file's where it can still be read (read-only, locked); said once."""
+        if self._db is not None:
+            self._db.close()
+        self._db = _copy_of(self.path)
+        copied = self._db is not None
+        if not copied:
+            self._db = sqlite3.connect(":memory:", isolation_level=None)
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._db.execute(statement)
+        self.in_memory, self._save_at_close = why, locked
+        kept = ("in a copy of the store in memory (its results are reused" if copied
+                else "in memory (none is reused")
+        then = ("stored in the file at the end if the lock is gone then" if locked
+                else "none is stored in the file")
+        self._tell(f"{why}; this run goes on with its results kept {kept}; {then}; the report, "
+                   "--json and the export have them all)")
 
     def _open(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -189,10 +251,38 @@ class ResultStore:
                 self._tell(f"result store {self.path} is locked by another process; waiting up "
                            f"to {LOCK_WAIT_S:.0f} s")
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 2.0)
 
     def close(self) -> None:
+        if self._db is None:
+            return
         self._db.close()
+        self._db = None
+        if self._unsaved:
+            self._store_unsaved()
+
+    def _store_unsaved(self) -> None:
+        """The rows kept in memory while the file was locked, into the file if the lock is gone
+        (one short try: the run is over)."""
+        rows, self._unsaved = self._unsaved, []
+        try:
+            _check_path(self.path)
+            db = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
+        except (OSError, sqlite3.Error, StoreError):
+            db = None
+        try:
+            if db is not None:
+                with _Transaction(db):
+                    for row in rows:
+                        db.execute(_UPSERT, row)
+                return
+        except sqlite3.Error:
+            pass
+        finally:
+            if db is not None:
+                db.close()
+        self.on_problem(f"result store {self.path}: {len(rows)} result(s) of this run were not "
+                        "stored (the file is still locked); the next run measures them again")
 
     def __enter__(self) -> "ResultStore":
         return self
@@ -226,26 +316,23 @@ class ResultStore:
             canonical_json(dict(environment)),
             time.time(),
         )
+
         def write() -> None:
             with self._transaction():
-                self._db.execute(
-                    "INSERT INTO results (source, workload, config, steps, warmup_steps, "
-                    "fingerprint, label, status, tokens_per_s, peak_memory_bytes, result, "
-                    "environment, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
-                    "source = excluded.source, label = excluded.label, status = excluded.status, "
-                    "tokens_per_s = excluded.tokens_per_s, "
-                    "peak_memory_bytes = excluded.peak_memory_bytes, result = excluded.result, "
-                    "environment = excluded.environment, created = excluded.created",
-                    row,
-                )
+                self._db.execute(_UPSERT, row)
 
+        if self._save_at_close:
+            self._unsaved.append(row)
         try:
             self._retrying(write)
         except sqlite3.Error as exc:
-            self._tell(f"result store {self.path}: {_why(exc)}; this search goes on without "
-                       "storing its trials (the report, --json and the export keep them)")
+            if _is_lock(exc):
+                self._to_memory(f"result store {self.path} is {_why(exc)}", locked=True)
+                self._unsaved.append(row)
+                write()
+            else:
+                self._tell(f"result store {self.path}: {_why(exc)}; this search goes on without "
+                           "storing its trials (the report, --json and the export keep them)")
 
     # -- reading -------------------------------------------------------------------------------
     def lookup(
@@ -266,6 +353,9 @@ class ResultStore:
         try:
             return self._retrying(read)
         except sqlite3.Error as exc:
+            if _is_lock(exc):
+                self._to_memory(f"result store {self.path} is {_why(exc)}", locked=True)
+                return None
             self._tell(f"result store {self.path}: {_why(exc)}; its results are not reused")
         except (ValueError, KeyError, TypeError) as exc:
             self._tell(f"result store {self.path} holds a damaged row ({type(exc).__name__}); "
@@ -305,10 +395,85 @@ class ResultStore:
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
 
+_UPSERT = (
+    "INSERT INTO results (source, workload, config, steps, warmup_steps, fingerprint, label, "
+    "status, tokens_per_s, peak_memory_bytes, result, environment, created) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (workload, config, steps, warmup_steps, fingerprint) DO UPDATE SET "
+    "source = excluded.source, label = excluded.label, status = excluded.status, "
+    "tokens_per_s = excluded.tokens_per_s, peak_memory_bytes = excluded.peak_memory_bytes, "
+    "result = excluded.result, environment = excluded.environment, created = excluded.created"
+)
+
+
+def open_store(path: str | os.PathLike | None = None,
+               on_problem: Callable[[str], None] = _warn) -> ResultStore:
+    """The store of a `bench` or `tune` run: the file at `path` (default: `default_path()`),
+    or, where it cannot be used (locked for long, damaged, truncated, read-only, a symbolic
+    link, written by a newer gputune), a store in memory, with one line to `on_problem`: the
+    run goes on, reusing and storing nothing."""
+    try:
+        return ResultStore(path, on_problem)
+    except StoreError as exc:
+        return ResultStore.in_memory_for(path, str(exc), on_problem, exc.locked)
+
+
+def _copy_of(path: Path) -> sqlite3.Connection | None:
+    """The store at `path` copied into a database in memory, read without writing to the file
+    (which may be read-only or locked by a writer); None where it cannot be read whole, or was
+    written with another schema."""
+    try:
+        _check_path(path)
+        uri = path.resolve().as_uri()
+    except (StoreError, OSError, ValueError):
+        return None
+    # mode=ro reads alongside a writer; immutable=1 reads a WAL database in a folder this
+    # process cannot write (mode=ro would need to create its -shm file there).
+    for query in ("mode=ro", "immutable=1"):
+        source = memory = None
+        try:
+            source = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=1.0)
+            memory = sqlite3.connect(":memory:", isolation_level=None)
+            source.backup(memory)
+            if memory.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                memory.close()
+                return None
+            memory.execute("SELECT COUNT(*) FROM results").fetchone()
+            return memory
+        except sqlite3.Error:
+            if memory is not None:
+                memory.close()
+        finally:
+            if source is not None:
+                source.close()
+    return None
+
+
+def _check_path(path: Path) -> None:
+    """StoreError unless the store and its side files are each missing or a regular file: a
+    symbolic link is not followed (SQLite would create its target), a named pipe would block."""
+    for candidate in (path, *(path.with_name(path.name + s) for s in SIDE_FILES)):
+        try:
+            info = candidate.lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"cannot open result store {path}: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError(f"result store {candidate} is a symbolic link, which gputune does "
+                             "not follow: pass --store with the file itself")
+        kind = kind_of(info.st_mode)
+        if kind is not None:
+            raise StoreError(f"result store {candidate} is {kind}, not a regular file")
+
+
 def _why(exc: sqlite3.Error) -> str:
     if _is_lock(exc):
         return f"still locked by another process after {LOCK_WAIT_S:.0f} s"
-    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in str(exc):
+    if isinstance(exc, sqlite3.DatabaseError) and "readonly" in str(exc).replace("-", ""):
+        return "the file is read-only (pass --store elsewhere)"
+    if isinstance(exc, sqlite3.DatabaseError) and ("malformed" in str(exc)
+                                                   or "not a database" in str(exc)):
         return "the file is damaged (move it aside, or pass --store elsewhere)"
     return str(exc)
 

@@ -2,25 +2,37 @@
 
 A user's workload is `package.module:function`. The function may take any of the keyword
 arguments `device` ("cuda" or "cpu"), `seed`, `seq_len` and `data` (the --data path), and
-returns a `Workload`. See examples/ for Hugging Face, vision and hand-written models.
+returns a `Workload`. See examples/ for Hugging Face, vision and hand-written models. What it
+returns is checked (`check`), and its code identifies it (`code_identity`): results stored for
+one version of a user's model are never reused for another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
+from strategies.errors import ConfigError
+from strategies.registry import MAX_BATCH_SIZE
 from tuner_tui.engine.workloads import gpt, llama
 from tuner_tui.engine.workloads.data import SyntheticTokens, TextFileTokens
 
+MAX_ITEMS_PER_SAMPLE = 2**31
+"""Items (tokens) per sample: far above any sequence that fits a machine, low enough that a
+typo cannot overflow the throughput arithmetic."""
 
-class WorkloadError(ValueError):
-    """A workload that cannot be built; the message is one line for the user."""
+
+class WorkloadError(ConfigError):
+    """A workload that cannot be built or used; the message is one line for the user. A
+    ConfigError, so that raised during a trial (`build_model` returning no model) it makes an
+    "invalid" row, not a crash."""
 
 
 def default_optimizer(model: nn.Module) -> torch.optim.Optimizer:
@@ -52,6 +64,10 @@ class Workload:
     blocks: Callable[[nn.Module], list[nn.Module]] | None = None
     """The model's repeated blocks, for checkpointing and per-block compile; None: found
     automatically (the largest list of same-type modules)."""
+    code: str = ""
+    """What identifies a user's workload beyond its name: its function's qualified name and a
+    hash of its source files (`code_identity`), set by `load`. Empty for the built-in models,
+    whose code is part of gputune's code hash."""
 
     def describe(self, model: nn.Module | None = None) -> dict:
         d = {
@@ -60,9 +76,90 @@ class Workload:
             "item_name": self.item_name,
             "default_batch_size": self.default_batch_size,
         }
+        if self.code:
+            d["code"] = self.code
         if model is not None:
             d["parameters"] = sum(p.numel() for p in model.parameters())
         return d
+
+
+def check(workload: Workload, name: str) -> None:
+    """WorkloadError naming the field and what is allowed, for a Workload that would train
+    nonsense (a negative item count gives negative throughput; a batch of 0 looks diverged)."""
+    def refuse(field_name: str, value, allowed: str) -> None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise WorkloadError(f"workload {name!r}: {field_name} = {shown} is not allowed: {allowed}")
+
+    for field_name, low, high in (("items_per_sample", 1, MAX_ITEMS_PER_SAMPLE),
+                                  ("default_batch_size", 1, MAX_BATCH_SIZE)):
+        value = getattr(workload, field_name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            refuse(field_name, value, f"an integer from {low} to {high}")
+    for field_name in ("name", "item_name"):
+        value = getattr(workload, field_name)
+        if not isinstance(value, str) or not value.strip() or len(value) > 200:
+            refuse(field_name, value, "a non-empty string")
+    for field_name in ("build_model", "batch", "loss", "make_optimizer"):
+        if not callable(getattr(workload, field_name)):
+            refuse(field_name, getattr(workload, field_name), "a function")
+    for field_name in ("flops_per_item", "blocks"):
+        value = getattr(workload, field_name)
+        if value is not None and not callable(value):
+            refuse(field_name, value, "a function or None")
+
+
+def code_identity(func: Callable, module) -> str:
+    """`module.qualname@hash`: the function's qualified name and a SHA-256 of the files of its
+    module and of the module that defines it (they differ when it is imported from another)."""
+    qualname = getattr(func, "__qualname__", type(func).__qualname__)
+    defined_in = getattr(func, "__module__", None) or module.__name__
+    files = {getattr(module, "__file__", None)}
+    code = getattr(func, "__code__", None)
+    files.add(getattr(code, "co_filename", None))
+    digest = hashlib.sha256()
+    for name in sorted(f for f in files if f):
+        digest.update(name.encode() + b"\0")
+        try:
+            digest.update(Path(name).read_bytes())
+        except OSError:  # no source file (a frozen or built-in module): its name stands in
+            pass
+    return f"{defined_in}.{qualname}@{digest.hexdigest()[:16]}"
+
+
+def _checked_build(build: Callable[[], nn.Module], name: str) -> Callable[[], nn.Module]:
+    """`build`, refusing with one line a result that is not a torch module."""
+    def build_model() -> nn.Module:
+        model = build()
+        if not isinstance(model, nn.Module):
+            raise WorkloadError(f"workload {name!r}: build_model returned {type(model).__name__}; "
+                                "expected a torch.nn.Module")
+        return model
+
+    return build_model
+
+
+def device_memory_bytes(device: str) -> int:
+    """The memory a run on `device` can have at most: the GPU's, or the machine's RAM."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def check_sequence_fits(name: str, seq: int, vocab_size: int, device: str) -> None:
+    """WorkloadError when one sequence's fp32 logits alone exceed the device's memory: such a
+    --seq-len can only end in an out-of-memory kill, so it is refused with the largest that
+    could fit."""
+    per_token = vocab_size * 4
+    memory = device_memory_bytes(device)
+    if seq * per_token > memory:
+        gib = 1024**3
+        raise WorkloadError(
+            f"--seq-len {seq} is too long for {name} here: one sequence's logits alone take "
+            f"{seq * per_token / gib:.1f} GiB ({seq} tokens x {vocab_size} vocabulary x 4 bytes), "
+            f"more than the {memory / gib:.1f} GiB of {device} memory; allowed here: up to "
+            f"{memory // per_token}, far less in practice")
 
 
 GPT_SHAPES = {
@@ -95,7 +192,8 @@ def _non_embedding_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
-def builtin(name: str, seq_len: int | None, seed: int, data: str | None) -> Workload:
+def builtin(name: str, seq_len: int | None, seed: int, data: str | None,
+            device: str = "cpu") -> Workload:
     if name in GPT_SHAPES:
         shape, batch = GPT_SHAPES[name]
         module, cls = gpt, gpt.GPT
@@ -105,6 +203,7 @@ def builtin(name: str, seq_len: int | None, seed: int, data: str | None) -> Work
     seq = seq_len or shape.block_size
     if seq > shape.block_size and name in GPT_SHAPES:
         raise WorkloadError(f"--seq-len {seq} is longer than {name}'s context of {shape.block_size}")
+    check_sequence_fits(name, seq, shape.vocab_size, device)
     source = (
         TextFileTokens(data, seq, seed) if data else SyntheticTokens(shape.vocab_size, seq, seed)
     )
@@ -132,9 +231,11 @@ def load(
     name: str, seq_len: int | None = None, seed: int = 0, data: str | None = None,
     device: str = "cpu",
 ) -> Workload:
-    """A built-in workload by name, or a user's `module:function`."""
+    """A built-in workload by name, or a user's `module:function`, checked (`check`)."""
     if name in BUILTIN:
-        return builtin(name, seq_len, seed, data)
+        workload = builtin(name, seq_len, seed, data, device)
+        check(workload, name)
+        return workload
     if ":" not in name:
         raise WorkloadError(
             f"unknown workload {name!r}: allowed are {', '.join(BUILTIN)}, or module:function"
@@ -161,7 +262,25 @@ def load(
             f"workload {name!r} returned {type(result).__name__}; expected "
             "tuner_tui.engine.workloads.Workload"
         )
+    check(result, name)
+    result.build_model = _checked_build(result.build_model, name)
+    result.code = code_identity(func, module)
     return result
+
+
+def check_first_batch(workload: Workload, name: str, device: str) -> None:
+    """The first batch at the default batch size, drawn once: a `batch` that fails or returns
+    nothing is one line before any trial."""
+    try:
+        batch = workload.batch(0, workload.default_batch_size, torch.device(device))
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
+        detail = (str(exc).splitlines() or [""])[0]
+        raise WorkloadError(f"workload {name!r}: its batch(0, {workload.default_batch_size}, "
+                            f"{device}) raised {type(exc).__name__}: {detail}") from None
+    if batch is None:
+        raise WorkloadError(f"workload {name!r}: its batch(0, {workload.default_batch_size}, "
+                            f"{device}) returned None; expected the inputs its loss takes, "
+                            "e.g. a tuple of tensors")
 
 
 def resolve_name(name: str, device: str) -> str:

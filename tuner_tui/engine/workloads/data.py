@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import psutil
 import torch
+
+from strategies.files import ReadError, open_regular
 
 
 class SyntheticTokens:
@@ -34,21 +38,38 @@ class SyntheticTokens:
         return tokens[:, :-1], tokens[:, 1:]
 
 
+MEMORY_SHARE = 0.25
+"""The largest --data file read, as a share of the memory available: the file is held in memory
+by each worker, and two are up at once (the next trial's starts during the current one)."""
+
+
 class TextFileTokens:
     """Byte-level tokens from a text file; batch `i` takes random windows seeded by `i`."""
 
     def __init__(self, path: str | Path, seq_len: int, seed: int) -> None:
         # Read once into a buffer the tensor shares, and kept as bytes: a window is widened
         # to int64 only when it is batched, so memory stays about the file's size.
-        size = Path(path).stat().st_size
-        if size < seq_len + 2:
-            raise ValueError(
-                f"--data file {path} holds {size} bytes; it needs at least {seq_len + 2} "
-                f"for one sequence of {seq_len} tokens"
-            )
-        data = bytearray(size)
-        view, read = memoryview(data), 0
-        with open(path, "rb", buffering=0) as handle:
+        try:
+            handle = open_regular(path, f"--data file {path}")
+        except ReadError as exc:
+            raise ValueError(str(exc)) from None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < seq_len + 2:
+                raise ValueError(
+                    f"--data file {path} holds {size} bytes; it needs at least {seq_len + 2} "
+                    f"for one sequence of {seq_len} tokens"
+                )
+            limit = int(psutil.virtual_memory().available * MEMORY_SHARE)
+            if size > limit:
+                gib = 1024**3
+                raise ValueError(
+                    f"--data file {path} holds {size / gib:.1f} GiB, more than the "
+                    f"{limit / gib:.1f} GiB allowed here (a quarter of the available memory: "
+                    f"each worker reads it into memory); use a part of it, e.g. head -c 1G "
+                    f"{path} > part.txt")
+            data = bytearray(size)
+            view, read = memoryview(data), 0
             while read < size:  # one read() returns at most 2 GiB on Linux
                 n = handle.readinto(view[read:])
                 if not n:
