@@ -174,9 +174,12 @@ def _read_pretrained_config(transformers, file: Path, model_type: str):
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
         if model_type not in CONFIG_MAPPING_NAMES:
+            own_code = ("its config points to the model's own code (auto_map), which gputune "
+                        "does not run" if "auto_map" in json.loads(file.read_text(encoding="utf-8"))
+                        else "a newer transformers may")
             raise WorkloadError(
                 f"unknown architecture: transformers {transformers.__version__} does not know "
-                f"model_type {model_type!r} (a newer transformers may)") from None
+                f"model_type {model_type!r} ({own_code})") from None
         raise WorkloadError(f"{file}: {_first_line(exc)}") from None
 
 
