@@ -9,6 +9,16 @@ causal mask when no padding mask is passed (`strategies.hf_attention`).
 from __future__ import annotations
 
 
+def inapplicable(model, blocks) -> dict[str, str]:
+    """`attention` where nothing in the model takes it: no module with `attention_impl` and no
+    Hugging Face model attending with SDPA (a CNN, an MLP, a model with its own attention)."""
+    from strategies import hf_attention
+
+    if any(hasattr(m, "attention_impl") for m in model.modules()) or hf_attention.hf_sdpa_models(model):
+        return {}
+    return {"attention": "no attention module that gputune switches"}
+
+
 def apply(run, config) -> None:
     switched = 0
     for module in run.model.modules():

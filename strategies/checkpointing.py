@@ -46,6 +46,13 @@ def checkpoint_block(block: torch.nn.Module, selective: bool) -> None:
     block.forward = forward
 
 
+def inapplicable(model, blocks) -> dict[str, str]:
+    if blocks:
+        return {}
+    why = "no repeated blocks (a workload can name its blocks)"
+    return {"checkpointing": why, "checkpoint_every": why}
+
+
 def apply(run, config) -> None:
     if config.checkpointing == "off":
         run.report["checkpointing"] = {"blocks": 0}

@@ -16,6 +16,12 @@ def compile_kwargs(config) -> dict:
     }
 
 
+def inapplicable(model, blocks) -> dict[str, str]:
+    if blocks:
+        return {}
+    return {"compile_scope=block": "no repeated blocks: the whole model is compiled"}
+
+
 def apply(run, config) -> None:
     if config.compile_mode == "off":
         run.report["compile"] = {"compiled": 0}

@@ -159,6 +159,31 @@ APPLY_ORDER: tuple[tuple[str, Callable], ...] = (
 the order they are applied (a test keeps the names and order those of the registry)."""
 
 
+INAPPLICABLE_CHECKS: tuple[Callable, ...] = (
+    attention.inapplicable,
+    fused_kernels.inapplicable,
+    float8.inapplicable,
+    checkpointing.inapplicable,
+    compile_.inapplicable,
+)
+"""Each strategy's `inapplicable(model, blocks)`, for the strategies whose options may find
+nothing to change in a model."""
+
+
+def inapplicable(model: nn.Module, blocks: list[nn.Module] | None = None) -> dict[str, str]:
+    """The options and choices that change nothing in `model`, each with the reason (keys as
+    `strategies.applicability` describes them). `blocks` as for `apply` (None: found
+    automatically). Reads the model only, so a copy on the meta device will do."""
+    if blocks is None:
+        from strategies.blocks import find_blocks
+
+        blocks = find_blocks(model)
+    found: dict[str, str] = {}
+    for check in INAPPLICABLE_CHECKS:
+        found.update(check(model, blocks))
+    return found
+
+
 def apply(
     config: TuneConfig,
     model: nn.Module,

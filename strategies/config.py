@@ -17,7 +17,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Literal, Mapping
 
 from strategies.errors import ConfigError
 from strategies.files import ReadError, WriteError, read_capped, write_atomic
@@ -143,8 +143,26 @@ class TuneConfig:
         holding a (T, T) score matrix per head, so the reference fits wherever the model does."""
         return cls.from_dict({"batch_size": batch_size, "attention": "sdpa"})
 
-    def label(self) -> str:
-        """A short human name, e.g. 'bf16 + compile(default) + sdpa + fused AdamW'."""
+    def without(self, skip: Collection[str]) -> "TuneConfig":
+        """This configuration with the options and choices in `skip` (`KEY` or `KEY=CHOICE`,
+        those that change nothing in a model: `strategies.applicability`) at their defaults."""
+        changes: dict[str, Any] = {}
+        for key, value in self.values:
+            if key in skip:
+                changes[key] = OPTIONS[key].default
+            elif isinstance(value, tuple):
+                kept = tuple(v for v in value if f"{key}={v}" not in skip)
+                if kept != value:
+                    changes[key] = kept
+            elif f"{key}={value}" in skip:
+                changes[key] = OPTIONS[key].default
+        return self.replace(**changes) if changes else self
+
+    def label(self, skip: Collection[str] = ()) -> str:
+        """A short human name, e.g. 'bf16 + compile(default) + sdpa + fused AdamW'. `skip`:
+        options and choices that change nothing in the model at hand (`without`), left out."""
+        if skip:
+            return self.without(skip).label()
         parts = [self.precision]
         if self.weights != OPTIONS["weights"].default:
             parts.append(f"{self.weights} weights")

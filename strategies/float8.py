@@ -61,6 +61,14 @@ def _large_enough(recipe: str):
     return _auto_filter_for_recipe(recipe, filter_fqns=[])
 
 
+def inapplicable(model, blocks) -> dict[str, str]:
+    keep = float8_filter(model, layers="all")
+    if any(keep(m, name) for name, m in model.named_modules()):
+        return {}
+    why = "no nn.Linear float8 takes (dims multiples of 16, not the LM head)"
+    return {"fp8": why, "fp8_layers": why}
+
+
 def apply(run, config) -> None:
     if config.fp8 == "off":
         run.report["float8"] = {"linears": 0}

@@ -18,6 +18,7 @@ from torch import nn
 
 from strategies import hf_causal_lm_loss
 from strategies.config import ConfigError
+from strategies.registry import FUSED_KERNEL_CHOICES
 
 
 class FusedLayerNorm(nn.Module):
@@ -167,6 +168,39 @@ def first_replacements(model: nn.Module, chosen: set[str]) -> dict[str, tuple[nn
             if replacement and replacement[0] not in found:
                 found[replacement[0]] = (parent, child, replacement[1])
     return found
+
+
+_NOT_FOUND = {
+    "causal_softmax": "no manual causal softmax (gputune's built-in models mark theirs)",
+    "layer_norm": "no nn.LayerNorm",
+    "rms_norm": "no RMSNorm",
+    "gelu": "no tanh-approximated GELU",
+    "swiglu": "no gated SiLU MLP (gate_proj, up_proj, down_proj, act_fn)",
+    "cross_entropy": "no vocabulary head whose loss gputune computes",
+    "linear_cross_entropy": "no vocabulary head whose loss gputune computes",
+}
+
+
+def inapplicable(model: nn.Module, blocks) -> dict[str, str]:
+    """The kernels (`fused_kernels=KERNEL`) that find nothing to replace in `model`; the whole
+    option where none does. Found as `apply` finds them, on every module."""
+    modules = list(model.modules())
+    found = {kernel for kernel in FUSED_KERNEL_CHOICES
+             if any(replacement_for(m, {kernel}) for m in modules)}
+    causal_lms = [m for m in modules if isinstance(getattr(m, "lm_head", None), nn.Module)]
+    if any(hf_causal_lm_loss.why_not_swappable(m) is None for m in causal_lms):
+        found.add("linear_cross_entropy")
+    out = {f"fused_kernels={k}": _NOT_FOUND[k] for k in FUSED_KERNEL_CHOICES if k not in found}
+    if "linear_cross_entropy" in found and "cross_entropy" not in found:
+        out["fused_kernels=cross_entropy"] = ("a Hugging Face model's loss is swapped only by "
+                                              "linear_cross_entropy")
+    elif causal_lms and "linear_cross_entropy" not in found:
+        why = hf_causal_lm_loss.why_not_swappable(causal_lms[0])
+        out["fused_kernels=linear_cross_entropy"] = f"the model's own loss is kept ({why})"
+    if not found:
+        why = "no module that any kernel replaces"
+        out = {"fused_kernels": why, "kernels_with_compile": why}
+    return out
 
 
 def measured_choice(run, config, chosen: set[str], timings=None) -> tuple[set[str], dict[str, str]]:

@@ -24,7 +24,7 @@ from strategies.config import (
 from strategies.files import ReadError, WriteError, check_writable, open_regular, write_all
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
-from tuner_tui.engine import kernel_knobs
+from tuner_tui.engine import kernel_knobs, workload_kinds
 from tuner_tui.engine.paths import compile_cache_environ, module_exists
 from tuner_tui.terminal import terminal_streams
 
@@ -46,26 +46,56 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, Parser] = {}
+        """The subcommands' parsers by name (set by `build_parser`)."""
+
     def error(self, message: str) -> None:  # one line instead of usage + message
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def takes(self, flag: str) -> bool:
+        """Whether `flag` (or an abbreviation argparse accepts) is one of this parser's."""
+        return any(option.startswith(flag) for option in self._option_string_actions)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, except that an epilog of examples keeps its lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def _workload_names() -> str:
     # Listed here rather than imported from the engine, which imports torch.
-    return "auto, gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b, or module:function"
+    return ("auto, gpt2-tiny, gpt2-124m, gpt2-350m, llama-tiny, llama-1b, hf:PATH (a Hugging "
+            "Face config.json or its folder), torchvision:NAME, timm:NAME, or module:function")
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default="auto",
+RUN_OPTIONS = {"workload": "auto", "device": "auto", "data": None, "seq_len": None, "seed": 0}
+"""The options of what runs where, with their defaults: given before the command or after it."""
+BEFORE = "before_"
+"""Prefix of the names the top-level parser stores the options given before a command under."""
+
+
+def add_run_options(p: argparse.ArgumentParser, before_command: bool = False) -> None:
+    """The run options. Stored without a default (the defaults are filled in by `parse_args`,
+    which checks that an option given before the command and after it says one thing);
+    before the command under names prefixed `before_`."""
+    prefix = BEFORE if before_command else ""
+    p.add_argument("--workload", dest=prefix + "workload", default=argparse.SUPPRESS,
                    help=f"what to train: {_workload_names()} (default: auto = gpt2-124m on a "
                         "GPU, gpt2-tiny on the CPU)")
-    p.add_argument("--device", default="auto", help="cuda, cpu or auto (default: cuda if available)")
-    p.add_argument("--data", metavar="FILE", help="train on this text file (byte-level tokens) "
-                   "instead of synthetic tokens")
-    p.add_argument("--seq-len", type=int, metavar="N", help="tokens per sequence (default: the "
-                   "workload's)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the initial weights and the "
-                   "batches (default 0)")
+    p.add_argument("--device", dest=prefix + "device", default=argparse.SUPPRESS,
+                   help="cuda, cpu or auto (default: cuda if available)")
+    p.add_argument("--data", dest=prefix + "data", default=argparse.SUPPRESS, metavar="FILE",
+                   help="train on this text file (byte-level tokens) instead of synthetic tokens")
+    p.add_argument("--seq-len", dest=prefix + "seq_len", default=argparse.SUPPRESS, type=int,
+                   metavar="N", help="tokens per sequence (default: the workload's)")
+    p.add_argument("--seed", dest=prefix + "seed", default=argparse.SUPPRESS, type=int,
+                   help="seed for the initial weights and the batches (default 0)")
 
 
 def add_profile_options(p: argparse.ArgumentParser, which: str) -> None:
@@ -89,17 +119,46 @@ def profile_steps(args) -> int:
     return PROFILE_STEPS if args.profile or args.trace is not None else 0
 
 
+MAIN_EXAMPLES = """examples:
+  gputune
+      the dashboard, training the built-in model
+  gputune --workload hf:models/Qwen2.5-0.5B
+      the dashboard on a Hugging Face model, from its folder's config.json (random weights)
+  gputune --device cpu bench --preset quick
+      two configurations side by side, headless, on the CPU"""
+BENCH_EXAMPLES = """examples:
+  gputune bench
+      the ladder: fp32 eager, then one strategy added at a time
+  gputune bench --workload torchvision:resnet50 --preset quick
+      two configurations of a torchvision model, in images/s
+  gputune bench --config gputune.toml --set batch_size=32 --json bench.json
+      an exported configuration at another batch size, the results also as JSON"""
+TUNE_EXAMPLES = """examples:
+  gputune tune --budget-minutes 20
+      search for 20 minutes, export the winner to gputune.toml
+  gputune tune --workload hf:models/Llama-3.2-1B --seq-len 2048 --max-memory 40GiB
+      search for a Hugging Face model's config.json, within 40 GiB
+  gputune tune --compare mine.toml --search precision=bf16,fp16 --out best.toml
+      measure your configuration first; try two precisions only; export to best.toml"""
+
+
 def build_parser() -> Parser:
-    parser = Parser(prog="gputune", description="Tune a PyTorch training run on a GPU. With no "
-                    "command, opens the dashboard.")
+    parser = Parser(prog="gputune", formatter_class=HelpFormatter, epilog=MAIN_EXAMPLES,
+                    description="Tune a PyTorch training run on a GPU. With no command, opens "
+                    "the dashboard. Options given before a command apply to it, as in "
+                    "`gputune --device cuda bench`.")
     parser.add_argument("--version", action="version", version=f"gputune {__version__}")
-    add_run_options(parser)
-    parser.add_argument("--config", metavar="FILE", help="start from an exported configuration")
-    parser.add_argument("--max-memory", metavar="SIZE", help="memory budget the memory panel "
-                        "shows the peak against, e.g. 24GiB")
+    add_run_options(parser, before_command=True)
+    parser.add_argument("--config", dest=BEFORE + "config", metavar="FILE",
+                        help="start from an exported configuration (before bench: one to "
+                             "measure)")
+    parser.add_argument("--max-memory", dest=BEFORE + "max_memory", metavar="SIZE",
+                        help="memory budget the memory panel shows the peak against, e.g. "
+                             "24GiB (before tune: its budget)")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
 
     bench = sub.add_parser("bench", help="measure configurations side by side, headless",
+                           formatter_class=HelpFormatter, epilog=BENCH_EXAMPLES,
                            description="Measure configurations side by side, each in a fresh "
                            "process, and print a table. With no --config or --preset, measures "
                            "the ladder: the fp32 eager baseline, then one strategy added at a time.")
@@ -126,7 +185,7 @@ def build_parser() -> Parser:
     bench.add_argument("--store", metavar="FILE", help="the result store (default: "
                        "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     add_profile_options(bench, "every row")
-    add_tune_parser(sub)
+    parser.commands = {"bench": bench, "tune": add_tune_parser(sub)}
     return parser
 
 
@@ -140,8 +199,9 @@ def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
                         "configuration (default 2; 0: off)")
 
 
-def add_tune_parser(sub) -> None:
+def add_tune_parser(sub) -> Parser:
     tune = sub.add_parser("tune", help="search for the fastest configuration, headless",
+                          formatter_class=HelpFormatter, epilog=TUNE_EXAMPLES,
                           description="Search precision, attention, compile mode, optimizer, fused "
                           "kernels, checkpointing and batch size (with --set devices=N, also DDP "
                           "against FSDP2) for the fastest configuration "
@@ -183,6 +243,67 @@ def add_tune_parser(sub) -> None:
                       "the best) are")
     add_profile_options(tune, "every trial as it is measured (the report shows the leading "
                         "rows'; the search tries first what addresses the best's bottleneck)")
+    return tune
+
+
+def _misplaced_option(parser: Parser, argv: list[str]) -> str | None:
+    """Why an option before the command belongs after it (`gputune --steps 5 bench`), or None.
+    argparse alone would read its value as the command."""
+    commands = parser.commands
+    command = next((a for a in argv if a in commands), None)
+    for arg in argv[:argv.index(command)] if command else argv:
+        flag = arg.partition("=")[0]
+        if not flag.startswith("--") or flag == "--" or parser.takes(flag):
+            continue
+        takers = [name for name, p in commands.items() if p.takes(flag)]
+        if not takers:
+            continue
+        where = command if command in takers else takers[0]
+        without = "" if command else ", not of the dashboard"
+        return (f"{flag} is an option of {' and '.join(takers)}{without}: give it after the "
+                f"command, e.g. gputune {where} {flag} ...")
+    return None
+
+
+def _given_once(flag: str, command: str, before, after):
+    """The value of an option given before the command or after it, or UsageError where the
+    two say different things."""
+    if before is not None and after is not None and before != after:
+        raise UsageError(f"{flag} is given twice, {before} before {command} and {after} after "
+                         "it: give it once")
+    return after if after is not None else before
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the options given before the command applied to it, as git does
+    (`gputune --device cuda bench` benches on CUDA), or UsageError in one line for an option
+    given twice with two values or one the command does not take."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    misplaced = _misplaced_option(parser, argv)
+    if misplaced:
+        raise UsageError(misplaced)
+    args = parser.parse_args(argv)
+    command = args.command
+    for key, default in RUN_OPTIONS.items():
+        value = _given_once("--" + key.replace("_", "-"), command,
+                            getattr(args, BEFORE + key, None), getattr(args, key, None))
+        setattr(args, key, default if value is None else value)
+    config, max_memory = args.before_config, args.before_max_memory
+    if command is None:
+        args.config, args.max_memory = config, max_memory
+    elif command == "bench":
+        if max_memory is not None:
+            raise UsageError("--max-memory does not apply to bench: it is the memory budget of "
+                             "tune and of the dashboard's memory panel")
+        args.config = ([config] if config else []) + args.config
+    elif command == "tune":
+        if config is not None:
+            raise UsageError("--config does not apply to tune, which searches from the fp32 "
+                             "baseline: to measure that file beside the search, give --compare "
+                             f"{config}")
+        args.max_memory = _given_once("--max-memory", command, max_memory, args.max_memory)
+    return args
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -204,6 +325,11 @@ def check_run_options(args) -> None:
     name = args.workload
     builtin = {"auto", "gpt2-tiny", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama-1b"}
     if name in builtin:
+        return
+    if workload_kinds.kind_of(name):
+        problem = workload_kinds.check(name, args.seq_len, args.data)
+        if problem:
+            raise UsageError(problem)
         return
     module, sep, func = name.partition(":")
     if not sep or not module or not func:
@@ -519,7 +645,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
     # SIGTERM and SIGHUP (the terminal closed) take the same path as Ctrl-C, so `finally`
     # blocks stop the worker processes and multiprocessing removes its semaphores. A SIGHUP
     # the user ignored (`nohup gputune tune ...`) stays ignored, so the search outlives the
@@ -528,7 +653,7 @@ def _main(argv: list[str] | None) -> int:
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         signal.signal(signal.SIGHUP, _raise_interrupt)
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(argv)
         knob_problems = kernel_knobs.problems()  # read by the kernels in the worker: check first
         if knob_problems:
             raise UsageError(knob_problems[0])

@@ -38,6 +38,8 @@ def test_ready_event_describes_machine_and_workload(worker):
     assert ready.capabilities["device"] == "cpu" and ready.capabilities["cuda"] is False
     assert "device = cpu" in ready.capabilities["reasons"]["cuda"]
     assert ready.workload["name"] == "gpt2-tiny" and ready.workload["items_per_sample"] == 64
+    # What gpt2-tiny does not use, for labels, the options panel and the search.
+    assert ready.workload["inapplicable"]["fused_kernels=rms_norm"] == "no RMSNorm"
     assert ready.environment["torch"]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
+from strategies.applicability import distinct, inapplicable_options
 from strategies.config import ConfigError, TuneConfig
 from strategies.files import write_atomic
 from strategies.registry import Capabilities
@@ -189,6 +190,11 @@ def run_bench(
         client.stop()
         raise
     workload = ready.workload
+    inapplicable = inapplicable_options(workload)
+    if not strict:  # a preset's rung that only adds what this model has no use for
+        configs, same = distinct(configs, inapplicable)
+        for line in same:
+            print(f"skipped {line}", file=out)
     references: dict[tuple[int, float], tuple[float, ...]] = {}
     results: list[protocol.TrialResult] = []
     total = len(configs)
@@ -214,7 +220,7 @@ def run_bench(
                 progress.end(f"{len(ref.losses)} losses" if ref.status == "ok" else ref.status)
                 client.stop()
                 client, _ = next_worker.take()
-            progress.begin(index, total, config.label())
+            progress.begin(index, total, config.label(skip=inapplicable))
             item_name = workload.get("item_name", "tokens")
             if stored is not None:
                 result = stored
@@ -225,7 +231,7 @@ def run_bench(
                     next_worker.begin(client)
                 estimated = estimate(config, results, default_batch)
                 result = run_one(client, config, plan.trial_plan(index, config),
-                                 references.get(key, ()), progress)
+                                 references.get(key, ()), progress, inapplicable=inapplicable)
                 if estimated is None:  # nothing measured before it: from what its worker counted
                     estimated = prior_estimate(config, result, default_batch)
                 if estimated is not None:
@@ -275,6 +281,7 @@ def remeasure_best(
     if plan.remeasure_repeats < 1 or len(leading) < 2:
         return best(results), None
     progress = Progress(out)
+    labels = {json.dumps(r.config, sort_keys=True): r.label for r in results}
     trial = TrialPlan(remeasure.repeat_steps(plan.steps), plan.warmup_steps, plan.trial_timeout_s)
     next_worker = NextWorker(plan.spec)
     client = None
@@ -282,7 +289,8 @@ def remeasure_best(
     def run(config: TuneConfig, index: int, total: int) -> protocol.TrialResult:
         nonlocal client
         client, _ = next_worker.take()  # started beside the last run; at first, now
-        progress.begin(index, total, config.label(), "re-measuring the leaders, interleaved")
+        label = labels.get(json.dumps(config.to_dict(), sort_keys=True)) or config.label()
+        progress.begin(index, total, label, "re-measuring the leaders, interleaved")
         next_worker.begin(client)  # a third round may follow the last: a worker stands ready
         result = run_one(client, config, trial, (), progress)
         progress.end(summary(result))

@@ -109,7 +109,9 @@ class WorkerReady:
     capabilities: dict
     environment: dict
     workload: dict
-    """name, parameters, tokens_per_sample, default_batch_size, sequence_length."""
+    """`Workload.describe()` with the run's seed and data: name, items_per_sample, item_name
+    (tokens, images, samples), default_batch_size, inapplicable (the options that change
+    nothing in the model, `strategies.applicability`), seed, data."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,8 @@ class TrialResult:
     tolerance of the fp32 reference's; the message names the worst tensor), stopped (stopped early as clearly slower than the best),
     skipped (not run: the search estimated it would not fit in the memory budget)."""
     workload: str = ""
+    item_name: str = "tokens"
+    """What the workload counts (tokens, images, samples): the unit of `tokens_per_s`."""
     device: str = ""
     batch_size: int = 0
     sequence_length: int = 0

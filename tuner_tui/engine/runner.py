@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
@@ -155,7 +156,11 @@ def run_one(
     progress: Progress,
     stop_if_slower_than_ms: float | None = None,
     reference_dir: str | None = None,
+    inapplicable: Mapping[str, str] | None = None,
 ) -> protocol.TrialResult:
+    """`inapplicable`: what changes nothing in the model (`strategies.applicability`), left out
+    of the label of a row made here (the worker labels the rows it returns itself)."""
+    label = config.label(skip=inapplicable or ())
     client.send(protocol.RunTrial(config, plan.steps, plan.warmup_steps, reference,
                                   stop_if_slower_than_ms=stop_if_slower_than_ms,
                                   profile_steps=plan.profile_steps, trace_path=plan.trace_path,
@@ -169,7 +174,7 @@ def run_one(
         if event is None:
             if not client.is_alive():
                 return protocol.TrialResult(
-                    config=config.to_dict(), label=config.label(), status="crash",
+                    config=config.to_dict(), label=label, status="crash",
                     message=f"the worker process died (exit code {client.exitcode()})",
                 )
             continue
@@ -189,11 +194,11 @@ def run_one(
             if event.result is not None:
                 return event.result
             return protocol.TrialResult(
-                config=config.to_dict(), label=config.label(), status=event.kind,
+                config=config.to_dict(), label=label, status=event.kind,
                 message=event.message,
             )
     return protocol.TrialResult(
-        config=config.to_dict(), label=config.label(), status="crash",
+        config=config.to_dict(), label=label, status="crash",
         message=f"no result within {plan.trial_timeout_s:.0f} s; the worker was stopped",
     )
 

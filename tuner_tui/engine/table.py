@@ -13,10 +13,16 @@ from tuner_tui.engine.protocol import measured_peak
 from tuner_tui.engine.profile import describe
 
 
-def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
+def item_name_of(results: list[protocol.TrialResult]) -> str:
+    """What the rows count (tokens, images, samples): the first measured row's item."""
+    return next((r.item_name for r in results if r.tokens_per_s), "tokens")
+
+
+def summary(r: protocol.TrialResult, item_name: str | None = None) -> str:
+    """`item_name`: what the workload counts; by default the row's own."""
     if r.status == "ok" and r.tokens_per_s:
         noisy = " (noisy)" if is_noisy(r) else ""
-        text = (f"{fmt.si(r.tokens_per_s)} {item_name}/s, {r.step_ms:.1f} ms/step "
+        text = (f"{fmt.si(r.tokens_per_s)} {item_name or r.item_name}/s, {r.step_ms:.1f} ms/step "
                 f"{spread_text(r)}{noisy}")
         peak = measured_peak(r)
         if peak:  # in the progress line, so that a log cut short still tells what fitted
@@ -30,15 +36,18 @@ def summary(r: protocol.TrialResult, item_name: str = "tokens") -> str:
 
 
 def format_table(
-    results: list[protocol.TrialResult], baseline: float | None = None, item_name: str = "tokens"
+    results: list[protocol.TrialResult], baseline: float | None = None,
+    item_name: str | None = None,
 ) -> str:
-    """`baseline`: tokens/s that the "x base" column divides by; without it, "x first" divides
-    by the first row's. `item_name`: what the workload counts (tokens, images, samples).
+    """`baseline`: items/s that the "x base" column divides by; without it, "x first" divides
+    by the first row's. `item_name`: what the workload counts (tokens, images, samples); by
+    default the rows' own.
     "peak GiB" is what counts against a memory budget (the larger of the allocated and reserved
     peaks); "est GiB" the estimate made before the row ran, from the rows before it (a run's
     first row: from its parameters and the model's shapes alone), marked ~ where it rests on a
     saving not measured yet (such an estimate never skips a trial)."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
+    item_name = item_name or item_name_of(results)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
                "spread", "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
     rows = []

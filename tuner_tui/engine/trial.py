@@ -320,8 +320,9 @@ class Trainer:
         measured = self.measured_records()
         base = dict(
             config=self.config.to_dict(),
-            label=self.config.label(),
+            label=self.config.label(skip=self.workload.inapplicable()),
             workload=self.workload.name,
+            item_name=self.workload.item_name,
             device=self.device,
             batch_size=self.batch_size,
             sequence_length=self.workload.items_per_sample,

@@ -193,7 +193,8 @@ class Worker:
         config.check_runnable(self.caps)
         self._keep_group_for(config)
         trainer = self._trainer(config, warmup, reference)
-        self.emit(protocol.RunStarted(self.run_id, config, config.label(), trainer.batch_size))
+        label = config.label(skip=self.workload.inapplicable())
+        self.emit(protocol.RunStarted(self.run_id, config, label, trainer.batch_size))
         return trainer
 
     def _keep_group_for(self, config: TuneConfig) -> None:

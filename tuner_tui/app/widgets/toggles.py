@@ -2,7 +2,9 @@
 
 One row per option, its control chosen by the option's widget hint (`option_controls`): a
 Select, a Switch, an Input for numbers, one Checkbox per choice for a set. Options (or single
-choices) this machine cannot run are disabled or marked, and the help line under the panel says why. Rows whose value differs from
+choices) this machine cannot run are disabled or marked, and the help line under the panel
+says why; so are those that change nothing in the model the worker built (attention in a CNN:
+`strategies.applicability`), with the reason under the option. Rows whose value differs from
 the applied configuration are marked, so pending changes are visible before Apply.
 """
 
@@ -27,6 +29,7 @@ from strategies.registry import (
 from tuner_tui.app.widgets.option_controls import control_for
 
 UNAVAILABLE_MARK = " ✗"
+NOT_USED_MARK = " (not used)"
 
 
 def option_reason(option: Option, caps: Capabilities | None) -> str | None:
@@ -85,6 +88,9 @@ class TogglesPanel(Widget):
     TogglesPanel .option-row.-unavailable .option-label {
         color: $error;
     }
+    TogglesPanel .option-row.-not-used .option-label {
+        color: $text-disabled;
+    }
     TogglesPanel .option-control {
         width: 1fr;
     }
@@ -109,6 +115,9 @@ class TogglesPanel(Widget):
         padding: 0 0 0 2;
         height: auto;
     }
+    TogglesPanel .option-why.-not-used {
+        color: $text-muted;
+    }
     TogglesPanel .set-choices {
         height: auto;
     }
@@ -129,6 +138,10 @@ class TogglesPanel(Widget):
 
     capabilities: reactive[Capabilities | None] = reactive(None, init=False)
     """What the worker's machine can run; None until the worker is ready."""
+    inapplicable: reactive[dict[str, str]] = reactive(dict, init=False)
+    """The options (`KEY`) and choices (`KEY=CHOICE`) that change nothing in the worker's
+    model, with the reason (`strategies.applicability.inapplicable_options` of its
+    description); {} until the worker is ready."""
 
     class ApplyRequested(Message):
         """The user asked to apply the draft; `config` is validated, `problem` says why not."""
@@ -229,30 +242,52 @@ class TogglesPanel(Widget):
             unavailable = bool(self._reasons.get(key)) or value in self._choice_reasons.get(key, {})
             row.set_class(unavailable, "-unavailable")
 
-    # -- capabilities ----------------------------------------------------------------------------
+    # -- capabilities and what the model uses ----------------------------------------------------
     def watch_capabilities(self, caps: Capabilities | None) -> None:
+        self._refresh_availability()
+
+    def watch_inapplicable(self, inapplicable: dict[str, str]) -> None:
+        self._refresh_availability()
+
+    def _refresh_availability(self) -> None:
+        """Disable and explain what this machine cannot run and what the model does not use (a
+        widget that holds a value other than the default stays editable, to take it back)."""
+        caps, not_used = self.capabilities, self.inapplicable
         self._reasons.clear()
         self._choice_reasons.clear()
         for key, option in OPTIONS.items():
             reason = option_reason(option, caps)
+            unused = not_used.get(key)
             widgets = self._widgets_of(option)
             if reason:
                 self._reasons[key] = reason
             for widget in widgets:
-                widget.disabled = bool(reason) and not self._controls[key].stays_editable(widget)
-                widget.tooltip = reason
+                widget.disabled = bool(reason or unused) and not self._controls[key].stays_editable(widget)
+                widget.tooltip = reason or unused
             why = self.query_one(f"#why-{key}", Static)
-            why.update(f"✗ unavailable: {short_reason(option, caps)}" if reason else "")
-            why.display = bool(reason)
+            why.update(f"✗ unavailable: {short_reason(option, caps)}" if reason
+                       else f"not used by this model: {unused}" if unused else "")
+            why.set_class(not reason and bool(unused), "-not-used")
+            why.display = bool(reason or unused)
+            self.query_one(f"#row-{key}").set_class(bool(unused), "-not-used")
+            choices = getattr(option, "choices", None) or ()
+            unused_choices = {c: not_used[f"{key}={c}"] for c in choices if f"{key}={c}" in not_used}
             reasons = choice_reasons(option, caps)
             if reasons:
                 self._choice_reasons[key] = reasons
+            if isinstance(option, ChoiceOption) and (reasons or unused_choices):
                 select = widgets[0]
                 current = select.value
-                select.set_options(
-                    [(str(c) + (UNAVAILABLE_MARK if c in reasons else ""), c) for c in option.choices]
-                )
+                select.set_options([(str(c) + (UNAVAILABLE_MARK if c in reasons else "")
+                                     + (NOT_USED_MARK if c in unused_choices else ""), c)
+                                    for c in option.choices])
                 select.value = current
+            elif not isinstance(option, ChoiceOption) and len(widgets) == len(choices):
+                for choice, box in zip(choices, widgets):  # one checkbox per member of a set
+                    box.label = str(choice) + (NOT_USED_MARK if choice in unused_choices else "")
+                    if choice in unused_choices and not reason:
+                        box.disabled = not box.value
+                        box.tooltip = unused_choices[choice]
         self._mark_changes()
         self._show_help(self._focused_key)
 
@@ -276,10 +311,25 @@ class TogglesPanel(Widget):
         if problem:
             # The reason first: the help line is short and the reason is what matters now.
             text.append(f"✗ {problem}\n", style="bold")
+        elif self._not_used(key):
+            text.append(f"not used by this model: {self._not_used(key)}\n", style="italic")
         text.append(f"{key}: ", style="bold")
         text.append(option.help)
         help_line.update(text)
         help_line.set_class(bool(problem), "-problem")
+
+    def _not_used(self, key: str) -> str | None:
+        """Why the option, or the value it shows, changes nothing in the model; None if it may."""
+        if key in self.inapplicable:
+            return self.inapplicable[key]
+        try:
+            value = self.read_value(OPTIONS[key])
+        except ConfigError:
+            return None
+        members = value if isinstance(value, tuple) else (value,)
+        found = [f"{v}: {self.inapplicable[f'{key}={v}']}" for v in members
+                 if f"{key}={v}" in self.inapplicable]
+        return "; ".join(found) or None
 
     def on_descendant_focus(self, event: Any) -> None:
         key = self._owner.get(event.widget)

@@ -130,7 +130,7 @@ def _rival_text(r: TrialResult, top: TrialResult, budget: int, scope: str) -> st
         return f"{label} peaked at {fmt.gib(peak)}{scope}, over the budget"
     if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False:
         slower = 1 - r.tokens_per_s / top.tokens_per_s
-        return (f"{label} {fmt.si(r.tokens_per_s)} tokens/s at {fmt.gib(peak)}{scope}, "
+        return (f"{label} {fmt.si(r.tokens_per_s)} {r.item_name}/s at {fmt.gib(peak)}{scope}, "
                 f"{abs(slower):.1%} {'slower' if slower >= 0 else 'faster'}")
     if r.status == "ok":
         return f"{label} did not keep the fp32 reference's loss"
@@ -152,7 +152,7 @@ def why_parallel(outcome: SearchOutcome) -> str | None:
               and r.config.get("parallel", "none") != "none"
               and _without_parallel(r.config) == _without_parallel(top.config)]
     rivals.sort(key=lambda r: -(r.tokens_per_s or 0) if r.status == "ok" else 0)
-    head = (f"{config.parallel_label()} won: {fmt.si(top.tokens_per_s)} tokens/s at "
+    head = (f"{config.parallel_label()} won: {fmt.si(top.tokens_per_s)} {top.item_name}/s at "
             f"{fmt.gib(measured_peak(top))}{scope}")
     texts = [_rival_text(r, top, outcome.budget_bytes, scope) for r in rivals]
     if texts:
@@ -164,7 +164,7 @@ def why_parallel(outcome: SearchOutcome) -> str | None:
             continue
         best_of = next((r for r in eligible if r.config.get("parallel") == mode), None)
         others.append(f"the best {mode} measured: {best_of.label}, "
-                      f"{fmt.si(best_of.tokens_per_s)} tokens/s" if best_of is not None
+                      f"{fmt.si(best_of.tokens_per_s)} {best_of.item_name}/s" if best_of is not None
                       else f"no {mode} configuration ran within the budget")
     return head + ("; " + "; ".join(others) if others else "")
 

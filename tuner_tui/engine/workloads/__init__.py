@@ -1,4 +1,6 @@
-"""Workloads: what gets trained. Built-in GPT-2- and Llama-style models, or a user's own.
+"""Workloads: what gets trained. Built-in GPT-2- and Llama-style models, models named by a
+kind (`hf:PATH`, `torchvision:NAME`, `timm:NAME`: `tuner_tui.engine.workload_kinds`), or a
+user's own.
 
 A user's workload is `package.module:function`. The function may take any of the keyword
 arguments `device` ("cuda" or "cpu"), `seed`, `seq_len` and `data` (the --data path), and
@@ -68,6 +70,23 @@ class Workload:
     """What identifies a user's workload beyond its name: its function's qualified name and a
     hash of its source files (`code_identity`), set by `load`. Empty for the built-in models,
     whose code is part of gputune's code hash."""
+    _inapplicable: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def inapplicable(self) -> dict[str, str]:
+        """The options and choices that change nothing in this model, each with the reason
+        (`strategies.compose.inapplicable`). Found once, on a copy built on the meta device (no
+        memory, no compute); {} where the model cannot be built there."""
+        if self._inapplicable is None:
+            from strategies.compose import inapplicable
+
+            try:
+                with torch.device("meta"):
+                    model = self.build_model()
+                    blocks = self.blocks(model) if self.blocks else None
+                self._inapplicable = inapplicable(model, blocks)
+            except Exception:  # a user's model may not build without real tensors: assume all apply
+                self._inapplicable = {}
+        return self._inapplicable
 
     def describe(self, model: nn.Module | None = None) -> dict:
         d = {
@@ -75,6 +94,7 @@ class Workload:
             "items_per_sample": self.items_per_sample,
             "item_name": self.item_name,
             "default_batch_size": self.default_batch_size,
+            "inapplicable": dict(self.inapplicable()),
         }
         if self.code:
             d["code"] = self.code
@@ -231,14 +251,23 @@ def load(
     name: str, seq_len: int | None = None, seed: int = 0, data: str | None = None,
     device: str = "cpu",
 ) -> Workload:
-    """A built-in workload by name, or a user's `module:function`, checked (`check`)."""
+    """A built-in workload by name, one of a kind (`hf:PATH`, `torchvision:NAME`, `timm:NAME`:
+    `tuner_tui.engine.workload_kinds`), or a user's `module:function`, checked (`check`)."""
+    from tuner_tui.engine import workload_kinds
+
     if name in BUILTIN:
         workload = builtin(name, seq_len, seed, data, device)
         check(workload, name)
         return workload
+    if workload_kinds.kind_of(name):
+        workload = workload_kinds.build(name, seq_len, seed, data, device)
+        check(workload, name)
+        return workload
     if ":" not in name:
+        kinds = ", ".join(f"{k}:..." for k in workload_kinds.KINDS)
         raise WorkloadError(
-            f"unknown workload {name!r}: allowed are {', '.join(BUILTIN)}, or module:function"
+            f"unknown workload {name!r}: allowed are {', '.join(BUILTIN)}, {kinds}, or "
+            "module:function"
         )
     module_name, _, func_name = name.partition(":")
     try:

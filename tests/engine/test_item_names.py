@@ -1,0 +1,37 @@
+"""An image model's rows speak of images/s everywhere the headless commands print or write."""
+
+from tuner_tui.engine import protocol
+from tuner_tui.engine.search.report import _rival_text
+from tuner_tui.engine.table import format_table, summary
+
+
+def _row(label, rate, item_name="images", **extra):
+    return protocol.TrialResult(**{"config": {}, "label": label, "status": "ok",
+                                   "tokens_per_s": rate, "step_ms": 1e3, "item_name": item_name,
+                                   **extra})
+
+
+def test_the_table_and_the_progress_line_name_the_workload_s_item():
+    rows = [_row("fp32", 100.0), _row("bf16", 250.0)]
+    header = format_table(rows).splitlines()[0]
+    assert "images/s" in header and "tokens/s" not in header
+    assert summary(rows[1]).startswith("250 images/s, 1000.0 ms/step")
+    assert "samples/s" in format_table(rows, item_name="samples").splitlines()[0]
+    # A row that ran nothing says nothing of the unit; the measured rows decide it.
+    failed = protocol.TrialResult(config={}, label="fp16", status="oom")
+    assert "images/s" in format_table([failed, *rows]).splitlines()[0]
+    assert "tokens/s" in format_table([failed]).splitlines()[0]
+
+
+def test_a_stored_row_without_an_item_name_reads_as_tokens():
+    old = protocol.TrialResult.from_dict({"config": {}, "label": "fp32", "status": "ok",
+                                          "tokens_per_s": 5.0, "step_ms": 2.0})
+    assert old.item_name == "tokens" and summary(old).startswith("5 tokens/s")
+    assert protocol.TrialResult.from_dict(_row("x", 1.0).to_dict()).item_name == "images"
+
+
+def test_the_tune_report_names_the_item():
+    top = _row("ddp", 200.0, config={"parallel": "ddp", "devices": 2}, peak_memory_bytes=1 << 30)
+    rival = _row("fsdp2", 100.0, config={"parallel": "fsdp2", "devices": 2},
+                 peak_memory_bytes=1 << 30)
+    assert "100 images/s" in _rival_text(rival, top, budget=2 << 30, scope="")
