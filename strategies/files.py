@@ -9,6 +9,7 @@ it as well as the engine and the dashboard.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import tempfile
@@ -86,3 +87,34 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
             raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
     return path
+
+
+def keep_previous(path: str | os.PathLike, new: str | bytes) -> Path | None:
+    """Copy the file at `path` to the first free name of `path.1`, `path.2`, ... before it is
+    replaced, unless it already holds `new`: an export never replaces a file without keeping
+    it. Returns the copy's path, or None when there was nothing to keep."""
+    path = Path(path)
+    new = new.encode("utf-8") if isinstance(new, str) else new
+    try:
+        old = path.read_bytes()
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except (FileNotFoundError, IsADirectoryError):
+        return None  # nothing to keep (a folder is refused by the write that follows)
+    except OSError as exc:
+        raise WriteError(f"cannot read {path} to keep it before replacing it: "
+                         f"{exc.strerror or exc}") from None
+    if old == new:
+        return None
+    for n in itertools.count(1):
+        kept = path.with_name(f"{path.name}.{n}")
+        try:
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"cannot keep the previous {path} as {kept}: "
+                             f"{exc.strerror or exc}") from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(old)
+        return kept
+    raise AssertionError("unreachable")

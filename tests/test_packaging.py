@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 TORCH_FREE = [
-    "strategies", "strategies.registry", "strategies.config", "tuner_tui.format",
+    "strategies", "strategies.registry", "strategies.config", "strategies.exports", "tuner_tui.format",
     "tuner_tui.engine.protocol", "tuner_tui.engine.client", "tuner_tui.engine.bench",
     "tuner_tui.engine.search", "tuner_tui.cli", "tuner_tui.app.session", "tuner_tui.app.controller",
 ]
