@@ -8,6 +8,7 @@ no torch; the worker processes do.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 import os
 import signal
@@ -15,10 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from strategies.config import (
-    ConfigError, ExportedConfig, format_of, parse_assignments, read, save,
-)
-from strategies.files import WriteError, check_writable
+from strategies import exports
+from strategies.config import ConfigError, ExportedConfig, format_of, parse_assignments, read
+from strategies.files import WriteError, check_writable, write_atomic
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
 from tuner_tui.engine import kernel_knobs
@@ -110,7 +110,9 @@ def build_parser() -> Parser:
                        "of which compiles (default 5)")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
     bench.add_argument("--export", metavar="FILE", help="export the fastest configuration whose "
-                       "loss matched the reference (TOML or JSON by extension)")
+                       "loss matched the reference (TOML or JSON by extension; a file there is "
+                       "kept as FILE.1, FILE.2, ...)")
+    add_format_option(bench, "--export")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
     add_trust_options(bench, "before --export names the best, the two leaders (when close) are")
@@ -119,6 +121,51 @@ def build_parser() -> Parser:
     add_profile_options(bench, "every row")
     add_tune_parser(sub)
     return parser
+
+
+def add_format_option(p: argparse.ArgumentParser, beside: str) -> None:
+    p.add_argument("--format", metavar="TRAINER", action="append", default=[], dest="formats",
+                   help=f"also write the file a trainer reads, beside {beside}'s: hf "
+                        "(transformers TrainingArguments fields), accelerate (its config file), "
+                        "lightning (Trainer arguments); repeatable or comma-separated, e.g. "
+                        "--format hf,accelerate")
+
+
+def check_formats(args, path: str | None, flag: str) -> tuple[str, ...]:
+    """The trainer formats asked for, their files checked as writable."""
+    try:
+        trainers = exports.parse_trainer_formats(args.formats)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if trainers and path is None:
+        raise UsageError(f"--format needs {flag} FILE: the trainer's file is written beside it")
+    for fmt in trainers:
+        check_output(str(exports.trainer_path(path, fmt)), "--format")
+    return trainers
+
+
+def print_written(written: list, label: str) -> None:
+    """What an export wrote, and the earlier files it kept."""
+    for item in written:
+        if item.fmt in exports.TRAINER_FORMATS:
+            print(f"wrote {item.path} ({exports.TRAINER_NAMES[item.fmt]})")
+        else:
+            print(f"exported {label} to {item.path}")
+        for line in item.lines():
+            print(line)
+
+
+def dated_report_path(out: str, now: datetime.datetime | None = None) -> Path:
+    """`tune`'s report beside its export, named by the date and time it was written, so that
+    runs can be compared: gputune.toml -> gputune-report-2026-12-02-074512.txt."""
+    out_path = Path(out)
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d-%H%M%S")
+    path = out_path.with_name(f"{out_path.stem}-report-{stamp}.txt")
+    n = 1
+    while path.exists():  # two runs in one second
+        n += 1
+        path = out_path.with_name(f"{out_path.stem}-report-{stamp}-{n}.txt")
+    return path
 
 
 def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
@@ -163,7 +210,10 @@ def add_tune_parser(sub) -> None:
     tune.add_argument("--warmup", type=int, default=5, help="steps before measuring, the first of "
                       "which compiles (default 5)")
     tune.add_argument("--out", metavar="FILE", default="gputune.toml", help="where to export the "
-                      "recommendation (TOML or JSON by extension; default gputune.toml)")
+                      "recommendation (TOML or JSON by extension; default gputune.toml; a file "
+                      "there is kept as FILE.1, FILE.2, ...); the report is written beside it, "
+                      "with the date and time in its name")
+    add_format_option(tune, "--out")
     tune.add_argument("--store", metavar="FILE", help="the result store (default: "
                       "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     tune.add_argument("--json", metavar="FILE", help="write every trial, the front and the "
@@ -287,6 +337,7 @@ def cmd_bench(args) -> int:
     check_measure_options(args)
     check_output(args.json, "--json")
     check_output(args.export, "--export", config_file=True)
+    trainers = check_formats(args, args.export, "--export")
     overrides = parse_overrides(args.overrides)
     configs = [read(path).config for path in args.config]
     for name in args.preset:
@@ -339,10 +390,8 @@ def cmd_bench(args) -> int:
         if top is None:
             print("no configuration ran with a matching loss; nothing exported", file=sys.stderr)
             return 1
-        measured = top.measured()
-        save(ExportedConfig(top.tune_config, measured, environment,
-                            workload["name"]), args.export)
-        print(f"exported {top.label} to {args.export}")
+        exported = ExportedConfig(top.tune_config, top.measured(), environment, workload["name"])
+        print_written(exports.write_with_trainers(exported, args.export, trainers), top.label)
     return 0 if any(r.status == "ok" for r in results) else 1
 
 
@@ -356,6 +405,7 @@ def cmd_tune(args) -> int:
         raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number of "
                          "minutes > 0 (0 or inf: no limit)")
     check_output(args.out, "--out", config_file=True)
+    trainers = check_formats(args, args.out, "--out")
     check_output(args.json, "--json")
     check_batch_multiples(args.choices)
     max_memory = None
@@ -396,14 +446,21 @@ def cmd_tune(args) -> int:
     finally:
         store.close()
     environment, workload = outcome.environment, outcome.workload
-    print(f"\n{describe_run(workload, environment)}; store {store.path}")
-    print(search.report(outcome))
+    text = f"{describe_run(workload, environment)}; store {store.path}\n{search.report(outcome)}"
+    print("\n" + text)
     if args.json:
         search.write_json(args.json, outcome)
         print(f"wrote {args.json}")
-    exported = search.export(outcome, args.out)
+    report_path = dated_report_path(args.out)
+    try:
+        write_atomic(report_path, text + "\n")
+        print(f"wrote {report_path}")
+    except WriteError as exc:  # the export below still happens
+        print(f"gputune: {exc}", file=sys.stderr)
+    exported = search.export(outcome, args.out, write=lambda config, path: exports.write_with_trainers(
+        config, path, trainers))
     if exported is not None:
-        print(f"exported {outcome.recommendation.label} to {args.out}")
+        print_written(exported, outcome.recommendation.label)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
         raise KeyboardInterrupt
     if exported is None:

@@ -184,6 +184,9 @@ def _refused(result, *words):
         (["bench", "--export", "g.yaml"], ["--export", "unknown file format 'yaml'"]),
         (["tune", "--out", "/proc/g.toml"], ["--out /proc/g.toml: cannot write in folder /proc"]),
         (["tune", "--json", "/no/such/t.json"], ["--json /no/such/t.json", "does not exist"]),
+        (["bench", "--format", "hf"], ["--format needs --export FILE"]),
+        (["tune", "--format", "hf,yaml"], ["--format 'yaml' is not a trainer format",
+                                           "hf, accelerate, lightning"]),
     ],
 )
 def test_bad_numbers_and_paths_are_refused_up_front(cli, args, words):
