@@ -3,8 +3,9 @@
 A reader (or a crash) never sees a half-written file: the text goes to a temporary file with an
 unpredictable name in the target's folder, which then replaces the target in one rename. The
 rename replaces a symlink at the target rather than writing through it, and an existing file
-keeps its permission bits. Torch-free and free of tuner_tui, so `strategies.config.save` can use
-it as well as the engine and the dashboard.
+keeps its permission bits. An export also keeps the file it replaces (`keep_previous`).
+Torch-free and free of tuner_tui, so `strategies.config.save` can use it as well as the engine
+and the dashboard.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def keep_previous(path: str | os.PathLike, new: str | bytes) -> Path | None:
                          f"{exc.strerror or exc}") from None
     if old == new:
         return None
-    for n in itertools.count(1):
-        kept = path.with_name(f"{path.name}.{n}")
+    while True:
+        kept = kept_name(path)
         try:
             fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:
@@ -117,4 +118,10 @@ def keep_previous(path: str | os.PathLike, new: str | bytes) -> Path | None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(old)
         return kept
-    raise AssertionError("unreachable")
+
+
+def kept_name(path: str | os.PathLike) -> Path:
+    """The name `keep_previous` gives the file at `path` now: the first free `path.N`."""
+    path = Path(path)
+    return next(kept for n in itertools.count(1)
+                if not os.path.lexists(kept := path.with_name(f"{path.name}.{n}")))
