@@ -1,6 +1,5 @@
-"""gputune's strategies: the configuration, its registry, and `apply()`.
-
-In your own training script (five lines; the README shows them in a loop):
+"""gputune's strategies: the configuration, its registry, and `apply()`. Scripts reach them
+through the `gputune` module (`gputune.load`, `gputune.apply`); the same calls here:
 
     import strategies
     tuned = strategies.apply(strategies.load("gputune.toml"), model, optimizer)
