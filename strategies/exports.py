@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from strategies.config import ExportedConfig, TuneConfig, format_of
@@ -366,7 +366,7 @@ def _measured_line(exported: ExportedConfig) -> str:
     m, env = exported.measured, exported.environment
     parts = []
     if isinstance(m.get("tokens_per_s"), (int, float)):
-        parts.append(f"{m['tokens_per_s'] / 1000:.1f}k tokens/s")
+        parts.append(f"{m['tokens_per_s'] / 1000:.1f}k {m.get('item_name') or 'tokens'}/s")
     elif isinstance(m.get("samples_per_s"), (int, float)):
         parts.append(f"{m['samples_per_s']:.1f} samples/s")
     where = env.get("gpu_name") or ("CPU" if env.get("device") == "cpu" else "")
@@ -394,9 +394,6 @@ def _yaml(mapping: dict, indent: int = 0) -> list[str]:
     return lines
 
 
-EXPORT_FORMATS = ("toml", "json") + TRAINER_FORMATS
-
-
 @dataclass(frozen=True)
 class Written:
     """A file an export wrote, and where the file it replaced was kept (None: nothing was)."""
@@ -404,7 +401,6 @@ class Written:
     path: Path
     fmt: str
     kept: Path | None = None
-    exported: ExportedConfig | None = field(default=None, compare=False, repr=False)
 
     def lines(self) -> list[str]:
         """What to tell the user, beside "exported ... to PATH"."""
@@ -430,7 +426,7 @@ def write(config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str
         write_atomic(path, text)
     except WriteError as exc:
         raise ConfigError(str(exc)) from None
-    return Written(path, fmt, kept, exported)
+    return Written(path, fmt, kept)
 
 
 def write_with_trainers(exported: ExportedConfig, path: str | os.PathLike,
