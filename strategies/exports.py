@@ -71,7 +71,9 @@ def _batch_note(config: TuneConfig, where: str) -> str:
 
 
 def _checkpointing_note(config: TuneConfig) -> str:
-    every = f" (one block in {config.checkpoint_every})" if config.checkpointing == "every-n" else ""
+    every = ""
+    if config.checkpointing == "every-n":
+        every = f" (one block in {config.checkpoint_every})"
     return (f"checkpointing = {config.checkpointing}{every}: per-block activation checkpointing "
             f"the trainer cannot choose; {APPLY} applies it")
 
@@ -87,8 +89,8 @@ def _common_notes(config: TuneConfig, *, compile_field: bool, kernels_field: boo
         notes.append("weights = bf16: bf16 parameters and gradients stepped by an AdamW with "
                      f"stochastic rounding; {APPLY} builds it (tuned.optimizer)")
     if config.fused_kernels and not kernels_field:
-        notes.append(f"fused_kernels = {', '.join(config.effective_kernels()) or 'none under compile'}: "
-                     f"gputune's Triton kernels; {APPLY} swaps them in")
+        kernels = ", ".join(config.effective_kernels()) or "none under compile"
+        notes.append(f"fused_kernels = {kernels}: gputune's Triton kernels; {APPLY} swaps them in")
     if config.fp8 != "off" and not fp8_field:
         notes.append(f"fp8 = {config.fp8} ({config.fp8_layers} layers): torchao float8 linears; "
                      f"{APPLY} converts them")
@@ -167,7 +169,8 @@ def hf_training_arguments(config: TuneConfig, batch_size: int | None = None) -> 
 def _hf_optim(config: TuneConfig) -> str:
     if config.optimizer_state == "8bit":
         return "adamw_torch_8bit"  # torchao's AdamW8bit, what gputune measured
-    if config.optimizer == "fused" and config.weights == "fp32" and config.optimizer_state != "bf16":
+    torch_steps = config.weights == "fp32" and config.optimizer_state != "bf16"
+    if config.optimizer == "fused" and torch_steps:
         return "adamw_torch_fused"
     return "adamw_torch"
 
@@ -244,11 +247,12 @@ def accelerate_config(config: TuneConfig, batch_size: int | None = None,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_cpu_ram_efficient_loading": True,
         }
-    if config.checkpointing != "off" and not (config.parallel == "fsdp2"
-                                              and config.checkpointing == "full"):
-        notes.append(_checkpointing_note(config)
-                     + ("; for a Hugging Face model with checkpointing = full: "
-                        "model.gradient_checkpointing_enable()" if config.checkpointing == "full" else ""))
+    in_fsdp = config.parallel == "fsdp2" and config.checkpointing == "full"
+    if config.checkpointing == "full" and not in_fsdp:
+        notes.append(_checkpointing_note(config) + "; on a Hugging Face model: "
+                     "model.gradient_checkpointing_enable()")
+    elif config.checkpointing != "off" and not in_fsdp:
+        notes.append(_checkpointing_note(config))
     batch = Batch.of(config, batch_size)
     if batch is None:
         notes.append(_batch_note(config, "your DataLoader's batch_size and "

@@ -200,7 +200,8 @@ def apply(run, config) -> None:
     run.report["optimizer"] = {"changed": True, "replaced": True, **report,
                                "schedulers_moved": [type(s).__name__ for s in schedulers]}
     compiled_step = not (config.optimizer_state == "offload" and config.weights == "fp32")
-    cycled = [s for s in schedulers if getattr(s, "cycle_momentum", False) and getattr(s, "use_beta1", False)]
+    cycled = [s for s in schedulers
+              if getattr(s, "cycle_momentum", False) and getattr(s, "use_beta1", False)]
     if compiled_step and cycled:
         # torchao passes beta1 to its compiled step as a constant: a new value, a new compile.
         warnings.warn(f"{type(cycled[0]).__name__} cycles AdamW's beta1 every step, and with "

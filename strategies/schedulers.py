@@ -98,7 +98,8 @@ def copy_hyperparameters(groups: list[dict], inner: list[list[dict]]) -> None:
                     target[key] = value.item() if isinstance(value, torch.Tensor) else value
 
 
-def groups_made_from(groups: list[dict], per_parameter: dict, on_device: list[dict]) -> list[list[dict]]:
+def groups_made_from(groups: list[dict], per_parameter: dict,
+                     on_device: list[dict]) -> list[list[dict]]:
     """For each of `groups`, the groups torchao's CPU offload made from it: one per offloaded
     parameter (`per_parameter`: device parameter -> its own optimizer) and the group of its
     parameters too small to offload (`on_device`), if any."""

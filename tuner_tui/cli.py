@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import os
 import signal
@@ -457,8 +458,8 @@ def cmd_tune(args) -> int:
         print(f"wrote {report_path}")
     except WriteError as exc:  # the export below still happens
         print(f"gputune: {exc}", file=sys.stderr)
-    exported = search.export(outcome, args.out, write=lambda config, path: exports.write_with_trainers(
-        config, path, trainers))
+    write = functools.partial(exports.write_with_trainers, trainers=trainers)
+    exported = search.export(outcome, args.out, write=write)
     if exported is not None:
         print_written(exported, outcome.recommendation.label)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
