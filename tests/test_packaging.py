@@ -134,15 +134,15 @@ def test_import_gputune_names_the_public_api():
     assert set(gputune.__all__) <= set(dir(gputune)) | {"Workload"}
 
 
-def test_setup_installs_the_gputune_package(monkeypatch):
-    import runpy
-
-    import setuptools
-
-    declared = {}
-    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: declared.update(kwargs))
-    monkeypatch.chdir(ROOT)
-    runpy.run_path(str(ROOT / "setup.py"))
-    packages = set(declared["packages"])
+def test_setup_installs_the_gputune_package():
+    # In a fresh interpreter: setuptools refuses to load after another test imported distutils.
+    code = ("import runpy, setuptools\n"
+            "declared = {}\n"
+            "setuptools.setup = lambda **kwargs: declared.update(kwargs)\n"
+            "runpy.run_path('setup.py')\n"
+            "print(' '.join(declared['packages']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    packages = set(proc.stdout.split())
     assert {"gputune", "strategies", "tuner_tui", "tuner_tui.app", "gputune_kernels"} <= packages
     assert not any(p.startswith(("tests", "benchmarks", "examples")) for p in packages)

@@ -153,3 +153,28 @@ def test_one_cycle_momentum_on_a_compiled_torchao_step_is_named_with_the_fix():
                                          "cycle_momentum=False"):
         strategies.apply(TuneConfig.from_dict({"optimizer_state": "8bit"}), model, optimizer,
                          device_type="cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_offloaded_state_steps_at_the_scheduled_rate_on_a_gpu(name):
+    """torchao's CPU offload for real (CUDA only): the same moves as torch's AdamW."""
+
+    def moves(changes):
+        torch.manual_seed(0)
+        model = nn.Linear(64, 64, bias=False).cuda()
+        nn.init.zeros_(model.weight)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.0)
+        scheduler = SCHEDULERS[name](optimizer)
+        tuned = strategies.apply(TuneConfig.from_dict({**changes, "grad_clip": 0.0}), model,
+                                 optimizer)
+        got = []
+        for _ in range(STEPS):
+            before = model.weight.detach().clone()
+            tuned.step(model.weight.sum())
+            got.append((before - model.weight.detach()).mean().item())
+            scheduler.step()
+        assert scheduler.optimizer is tuned.optimizer
+        return got
+
+    assert moves({"optimizer_state": "offload"}) == pytest.approx(moves({}), rel=1e-4)
