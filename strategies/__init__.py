@@ -1,6 +1,5 @@
-"""gputune's strategies: the configuration, its registry, and `apply()`.
-
-In your own training script (five lines; the README shows them in a loop):
+"""gputune's strategies: the configuration, its registry, and `apply()`. Scripts reach them
+through the `gputune` module (`gputune.load`, `gputune.apply`); the same calls here:
 
     import strategies
     tuned = strategies.apply(strategies.load("gputune.toml"), model, optimizer)
@@ -9,9 +8,10 @@ In your own training script (five lines; the README shows them in a loop):
     tuned.step(loss)   # backward (scaled for fp16), gradient clipping, optimizer step, zero_grad
 
 With micro-batches: `for part in tuned.micro_batches(batch): ... tuned.backward(loss)`, then
-`tuned.step()`. The optimizer is tuned in place when only its implementation changes, so a
-scheduler made before `apply` keeps working; bf16 weights and low-precision or offloaded state
-replace it by torchao's: then `tuned.optimizer` is the new one, and a scheduler is made on it.
+`tuned.step()`. The optimizer is tuned in place when only its implementation changes; bf16
+weights and low-precision or offloaded state replace it by torchao's, built on the same param
+groups, and every LR scheduler made on it before `apply` is pointed at the new one: a scheduler
+keeps setting the rate of `tuned.optimizer`, the optimizer that steps, in every mode.
 
 Importing this package does not import torch; `apply` does.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Literal, Mapping
 
 from strategies.errors import ConfigError
-from strategies.files import ReadError, WriteError, read_capped, write_atomic
+from strategies.files import ReadError, read_capped
 from strategies.registry import (
     OPTIONS, RULES, STRATEGIES, Capabilities, micro_batch_problem, option_unavailable,
 )
@@ -261,7 +261,12 @@ not a configuration (and /dev/zero must not be read until memory runs out)."""
 
 
 def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
-    fmt = fmt or Path(path).suffix.lstrip(".").lower() or "toml"
+    """`fmt`, else the format the name says: .toml or .json, also for a kept earlier file
+    (gputune.toml.1, see `strategies.files.keep_previous`)."""
+    path = Path(path)
+    if path.suffix[1:].isdigit() and path.stem != Path(path.stem).stem:
+        path = Path(path.stem)
+    fmt = fmt or path.suffix.lstrip(".").lower() or "toml"
     if fmt not in FORMATS:
         raise ConfigError(f"unknown file format {fmt!r} for {path}: allowed formats are toml, json")
     return fmt
@@ -301,22 +306,12 @@ def save(
     config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str | None = None
 ) -> Path:
     """Write the configuration atomically (`strategies.files.write_atomic`): an existing file
-    is never left half-written."""
-    exported = config if isinstance(config, ExportedConfig) else ExportedConfig(config)
-    path = Path(path)
-    fmt = format_of(path, fmt)
-    doc = exported.to_document()
-    if fmt == "toml":
-        import tomli_w
+    is never left half-written, and one that differs is kept as `path.1` (then .2, ...).
+    `fmt`: toml or json (by default from the name), or a trainer's file: hf, accelerate,
+    lightning (`strategies.exports`)."""
+    from strategies.exports import write
 
-        text = tomli_w.dumps(doc)
-    else:
-        text = json.dumps(doc, indent=2, sort_keys=False) + "\n"
-    try:
-        write_atomic(path, text)
-    except WriteError as exc:
-        raise ConfigError(str(exc)) from None
-    return path
+    return write(config, path, fmt).path
 
 
 def read(path: str | os.PathLike) -> ExportedConfig:

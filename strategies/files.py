@@ -6,7 +6,8 @@ a half-written file: the text goes to a temporary file with an unpredictable nam
 target's folder, which then replaces the target in one rename. The rename replaces a symlink at
 the target rather than writing through it; a target that is not a regular file (a device such
 as /dev/null, a named pipe, a folder) is refused, never replaced; an existing file keeps its
-permission bits. `write_all` writes several outputs, each whatever happens to the others.
+permission bits. An export also keeps the file it replaces (`keep_previous`). `write_all`
+writes several outputs, each whatever happens to the others.
 
 Reading: every file a user hands gputune (`--config`, `--compare`, `--data`, the files in
 `$GPUTUNE_HOME`) is opened by `open_regular`: a named pipe, a device or a folder is refused with
@@ -15,6 +16,7 @@ one line instead of blocking or being read without end, and `read_capped` bounds
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import tempfile
@@ -190,3 +192,46 @@ def read_capped(path: str | os.PathLike, limit: int, name: str = "") -> bytes:
     if len(data) > limit:  # grown since the fstat
         raise ReadError(f"{name} holds more than the {limit} bytes allowed")
     return data
+
+
+def keep_previous(path: str | os.PathLike, new: str | bytes) -> Path | None:
+    """Copy the file at `path` to the first free name of `path.1`, `path.2`, ... before it is
+    replaced, unless it already holds `new`: an export never replaces a file without keeping
+    it. Returns the copy's path, or None when there was nothing to keep."""
+    path = Path(path)
+    new = new.encode("utf-8") if isinstance(new, str) else new
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None  # nothing to keep: the write that follows refuses a non-regular target
+    try:
+        old = path.read_bytes()
+        mode = stat.S_IMODE(info.st_mode)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    except OSError as exc:
+        raise WriteError(f"cannot read {path} to keep it before replacing it: "
+                         f"{exc.strerror or exc}") from None
+    if old == new:
+        return None
+    while True:
+        kept = kept_name(path)
+        try:
+            fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"cannot keep the previous {path} as {kept}: "
+                             f"{exc.strerror or exc}") from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(old)
+        return kept
+
+
+def kept_name(path: str | os.PathLike) -> Path:
+    """The name `keep_previous` gives the file at `path` now: the first free `path.N`."""
+    path = Path(path)
+    return next(kept for n in itertools.count(1)
+                if not os.path.lexists(kept := path.with_name(f"{path.name}.{n}")))

@@ -1,12 +1,13 @@
 """The AdamW update: which implementation steps it, and where and in what its state is kept.
 
-The rule for the user's optimizer: a choice that only changes how torch's AdamW steps (plain,
-foreach, fused) is made on the optimizer the user passed, in place (its param groups and
-defaults get the new flags), so an LR scheduler made before `apply` keeps driving the optimizer
-that steps. A choice that needs another optimizer class replaces it, keeping the user's
-parameter groups and hyper-parameters (lr, betas, eps, weight_decay, and any keys of the user's
-own): then `TunedRun.optimizer` is new, `report["optimizer"]["replaced"]` is True, and a
-scheduler must be made after `apply`, on `tuned.optimizer`.
+The rule for the user's optimizer and LR scheduler: a choice that only changes how torch's AdamW
+steps (plain, foreach, fused) is made on the optimizer the user passed, in place (its param
+groups and defaults get the new flags). A choice that needs another optimizer class replaces
+it by one built on the very same param-group dicts (lr, betas, eps, weight_decay and any keys
+of the user's own), and every torch LR scheduler made on the old optimizer is pointed at the new
+one (`strategies.schedulers`): a scheduler made before `apply` keeps setting the rate of the
+optimizer that steps, in every mode. `TunedRun.optimizer` is then the new one,
+`report["optimizer"]["replaced"]` is True, and the old one's `step` raises.
 
 | weights | optimizer_state | optimizer that steps                                          |
 |---------|-----------------|---------------------------------------------------------------|
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 
 import torch
 
 from strategies.config import ConfigError
+from strategies.schedulers import has_lr_scheduler, repoint  # noqa: F401 (has_lr_scheduler: API)
 
 # Optimizers whose constructor takes both `foreach` and `fused`.
 _SUPPORTED = (torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD)
@@ -68,14 +71,44 @@ def _is_adamw(optimizer: torch.optim.Optimizer) -> bool:
     )
 
 
+@functools.cache
+def offload_optimizer_class() -> type:
+    """torchao's CPU offload whose `param_groups` are the groups it was made from. torchao's
+    own are one per offloaded parameter, on the CPU, which a scheduler made on the user's
+    optimizer cannot drive; here a scheduler sets the rate in the user's groups and each step
+    first copies their settings into the per-parameter groups made from them."""
+    from torchao.optim import CPUOffloadOptimizer
+
+    from strategies.schedulers import copy_hyperparameters, groups_made_from
+
+    class OffloadedAdamW(CPUOffloadOptimizer):
+        def __init__(self, param_groups: list[dict], **kwargs):
+            super().__init__([dict(g) for g in param_groups], **kwargs)  # torchao pops "params"
+            self._groups = param_groups
+            self._made_from = groups_made_from(param_groups, self.optim_dict, self.d_param_groups)
+
+        @property
+        def param_groups(self) -> list[dict]:
+            return self._groups
+
+        def step(self, closure=None):
+            copy_hyperparameters(self._groups, self._made_from)
+            return super().step(closure)
+
+    return OffloadedAdamW
+
+
 def _torchao_groups(optimizer: torch.optim.Optimizer) -> list[dict]:
-    groups = []
+    """The user's group dicts themselves, less the keys that choose torch's implementation
+    (torchao's optimizers take none): what a scheduler writes there, the new optimizer reads."""
     for group in optimizer.param_groups:
         if group.get("maximize"):
             raise ConfigError("optimizer_state and weights = bf16 replace AdamW by torchao's, "
                               "which has no maximize=True; use maximize=False")
-        groups.append({k: v for k, v in group.items() if k not in _TORCH_FLAGS})
-    return groups
+    for group in optimizer.param_groups:
+        for key in _TORCH_FLAGS:
+            group.pop(key, None)
+    return optimizer.param_groups
 
 
 def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimizer, dict]:
@@ -99,7 +132,7 @@ def build(optimizer: torch.optim.Optimizer, config) -> tuple[torch.optim.Optimiz
                      "bf16_stochastic_round": True}
         else:
             inner = {"optimizer_class": torch.optim.AdamW, **flags}
-        new = ao.CPUOffloadOptimizer(groups, **inner)
+        new = offload_optimizer_class()(groups, **inner)
         report = {"type": "CPUOffloadOptimizer",
                   "steps_on_cpu": "torchao AdamW" if bf16 else "torch AdamW",
                   "state": "fp32 on the CPU", "implementation_applied": not bf16}
@@ -133,12 +166,6 @@ def set_implementation(optimizer: torch.optim.Optimizer, flags: dict) -> None:
     optimizer._step_supports_amp_scaling = getattr(probe, "_step_supports_amp_scaling", False)
 
 
-def has_lr_scheduler(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether an LR scheduler was made on `optimizer` (schedulers wrap its `step`); a strategy
-    that replaces the optimizer can say the scheduler would keep driving the old one."""
-    return hasattr(optimizer.step, "_wrapped_by_lr_sched")
-
-
 def apply(run, config) -> None:
     optimizer = run.optimizer
     if optimizer is None:
@@ -167,11 +194,19 @@ def apply(run, config) -> None:
                                    "implementation_applied": True, **flags}
         return
     run.optimizer, report = build(optimizer, config)
-    run.report["optimizer"] = {"changed": True, "replaced": True, **report}
-    if has_lr_scheduler(optimizer):
-        run.report["optimizer"]["warning"] = (
-            "an LR scheduler was made on the optimizer passed to apply, which this choice "
-            "replaces: make it again on tuned.optimizer")
+    why = (f"optimizer_state = {config.optimizer_state}" if config.optimizer_state != "fp32"
+           else "weights = bf16")
+    schedulers = repoint(optimizer, run.optimizer, why)
+    run.report["optimizer"] = {"changed": True, "replaced": True, **report,
+                               "schedulers_moved": [type(s).__name__ for s in schedulers]}
+    compiled_step = not (config.optimizer_state == "offload" and config.weights == "fp32")
+    cycled = [s for s in schedulers
+              if getattr(s, "cycle_momentum", False) and getattr(s, "use_beta1", False)]
+    if compiled_step and cycled:
+        # torchao passes beta1 to its compiled step as a constant: a new value, a new compile.
+        warnings.warn(f"{type(cycled[0]).__name__} cycles AdamW's beta1 every step, and with "
+                      f"{why} torchao's AdamW compiles its step again for each value: make it "
+                      "with cycle_momentum=False", stacklevel=3)
 
 
 def clip_gradients(optimizer, parameters, max_norm: float) -> None:

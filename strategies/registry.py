@@ -452,12 +452,14 @@ STRATEGIES: tuple[Strategy, ...] = (
 )
 
 def _fullgraph_needs_compile(values: dict) -> str | None:
+    """compile_fullgraph = true needs a compile_mode other than off."""
     if values["compile_fullgraph"] and values["compile_mode"] == "off":
         return "compile_fullgraph = true needs compile_mode other than off (compile_mode = off)"
     return None
 
 
 def _bf16_weights_need_bf16_precision(values: dict) -> str | None:
+    """weights = bf16 needs precision = bf16."""
     if values["weights"] == "bf16" and values["precision"] != "bf16":
         return (
             f"weights = bf16 needs precision = bf16 (bf16 parameters run their matmuls in bf16; "
@@ -467,8 +469,8 @@ def _bf16_weights_need_bf16_precision(values: dict) -> str | None:
 
 
 def _devices_need_parallel(values: dict) -> str | None:
-    # parallel != none with devices = 1 is allowed: a group of one process, which measures what
-    # the wrapper itself costs.
+    """devices > 1 needs parallel = ddp or fsdp2 (parallel with devices = 1 runs a group of one,
+    which measures what the wrapper costs)."""
     if values["devices"] > 1 and values["parallel"] == "none":
         return (
             f"devices = {values['devices']} needs parallel = ddp or fsdp2 (parallel = none "
@@ -478,7 +480,7 @@ def _devices_need_parallel(values: dict) -> str | None:
 
 
 def _micro_batch_divides_batch(values: dict) -> str | None:
-    # With several devices each rank splits its own share, batch_size / devices.
+    """micro_batch_size divides the batch (each rank's share, batch_size / devices)."""
     batch, micro = values["batch_size"], values["micro_batch_size"]
     per_rank = batch // values["devices"] if batch and batch % values["devices"] == 0 else batch
     if per_rank and micro and per_rank % micro:
@@ -495,6 +497,7 @@ def micro_batch_problem(batch: int, micro: int) -> str:
 
 
 def _offload_without_grad_scaler(values: dict) -> str | None:
+    """optimizer_state = offload cannot run with precision = fp16 (its GradScaler)."""
     if values["optimizer_state"] == "offload" and values["precision"] == "fp16":
         return (
             "optimizer_state = offload cannot run with precision = fp16: the GradScaler would "
@@ -504,6 +507,7 @@ def _offload_without_grad_scaler(values: dict) -> str | None:
 
 
 def _batch_divides_over_devices(values: dict) -> str | None:
+    """batch_size is a multiple of devices."""
     batch, devices = values["batch_size"], values["devices"]
     if batch and batch % devices:
         return (

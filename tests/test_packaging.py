@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 TORCH_FREE = [
-    "strategies", "strategies.registry", "strategies.config", "tuner_tui.format",
+    "gputune", "strategies", "strategies.registry", "strategies.config", "strategies.exports", "tuner_tui.format",
     "tuner_tui.engine.protocol", "tuner_tui.engine.client", "tuner_tui.engine.bench",
     "tuner_tui.engine.search", "tuner_tui.cli", "tuner_tui.app.session", "tuner_tui.app.controller",
 ]
@@ -108,7 +108,8 @@ def test_gputune_installs_beside_hugging_faces_kernels(tmp_path):
         "x = torch.randn(3, 17)\n"
         "ours = gputune_kernels.rms_norm(x, torch.ones(17), 1e-6)\n"
         "torch.testing.assert_close(ours, Norm()(x))\n"
-        "import strategies.fused_kernels, tuner_tui.cli\n"
+        "import strategies.fused_kernels, tuner_tui.cli, gputune\n"
+        "assert gputune.Workload.__module__ == 'tuner_tui.engine.workloads'\n"
         "print(kernels.__file__); print(gputune_kernels.__file__)\n"
     )
     env["TRITON_INTERPRET"] = "1"
@@ -117,3 +118,31 @@ def test_gputune_installs_beside_hugging_faces_kernels(tmp_path):
     hf, ours = (Path(line) for line in proc.stdout.split())
     assert hf.is_relative_to(venv)
     assert ours.resolve() == (ROOT / "kernels" / "__init__.py").resolve()
+
+
+def test_import_gputune_names_the_public_api():
+    import gputune
+    import strategies
+    from strategies import exports
+
+    assert gputune.apply is strategies.apply and gputune.load is strategies.load
+    assert gputune.export is exports.write
+    assert gputune.hf_training_arguments is exports.hf_training_arguments
+    from tuner_tui.engine.workloads import Workload
+
+    assert gputune.Workload is Workload
+    assert set(gputune.__all__) <= set(dir(gputune)) | {"Workload"}
+
+
+def test_setup_installs_the_gputune_package():
+    # In a fresh interpreter: setuptools refuses to load after another test imported distutils.
+    code = ("import runpy, setuptools\n"
+            "declared = {}\n"
+            "setuptools.setup = lambda **kwargs: declared.update(kwargs)\n"
+            "runpy.run_path('setup.py')\n"
+            "print(' '.join(declared['packages']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    packages = set(proc.stdout.split())
+    assert {"gputune", "strategies", "tuner_tui", "tuner_tui.app", "gputune_kernels"} <= packages
+    assert not any(p.startswith(("tests", "benchmarks", "examples")) for p in packages)

@@ -10,6 +10,8 @@ This module imports no torch; the worker processes do.
 from __future__ import annotations
 
 import argparse
+import datetime
+import functools
 import math
 import os
 import signal
@@ -18,10 +20,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from strategies.config import (
-    ConfigError, ExportedConfig, format_of, parse_assignments, read, save,
+from strategies import exports
+from strategies.config import ConfigError, ExportedConfig, format_of, parse_assignments, read
+from strategies.files import (
+    ReadError, WriteError, check_writable, open_regular, write_all, write_atomic,
 )
-from strategies.files import ReadError, WriteError, check_writable, open_regular, write_all
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
 from tuner_tui.engine import kernel_knobs, workload_kinds
@@ -178,7 +181,9 @@ def build_parser() -> Parser:
                        "of which compiles (default 5)")
     bench.add_argument("--json", metavar="FILE", help="write the results as JSON")
     bench.add_argument("--export", metavar="FILE", help="export the fastest configuration whose "
-                       "loss matched the reference (TOML or JSON by extension)")
+                       "loss matched the reference (TOML or JSON by extension; a file there is "
+                       "kept as FILE.1, FILE.2, ...)")
+    add_format_option(bench, "--export")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
     add_trust_options(bench, "before --export names the best, the two leaders (when close) are")
@@ -187,6 +192,51 @@ def build_parser() -> Parser:
     add_profile_options(bench, "every row")
     parser.commands = {"bench": bench, "tune": add_tune_parser(sub)}
     return parser
+
+
+def add_format_option(p: argparse.ArgumentParser, beside: str) -> None:
+    p.add_argument("--format", metavar="TRAINER", action="append", default=[], dest="formats",
+                   help=f"also write the file a trainer reads, beside {beside}'s: hf "
+                        "(transformers TrainingArguments fields), accelerate (its config file), "
+                        "lightning (Trainer arguments); repeatable or comma-separated, e.g. "
+                        "--format hf,accelerate")
+
+
+def check_formats(args, path: str | None, flag: str) -> tuple[str, ...]:
+    """The trainer formats asked for, their files checked as writable."""
+    try:
+        trainers = exports.parse_trainer_formats(args.formats)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if trainers and path is None:
+        raise UsageError(f"--format needs {flag} FILE: the trainer's file is written beside it")
+    for fmt in trainers:
+        check_output(str(exports.trainer_path(path, fmt)), "--format")
+    return trainers
+
+
+def print_written(written: list, label: str) -> None:
+    """What an export wrote, and the earlier files it kept."""
+    for item in written:
+        if item.fmt in exports.TRAINER_FORMATS:
+            print(f"wrote {item.path} ({exports.TRAINER_NAMES[item.fmt]})")
+        else:
+            print(f"exported {label} to {item.path}")
+        for line in item.lines():
+            print(line)
+
+
+def dated_report_path(out: str, now: datetime.datetime | None = None) -> Path:
+    """`tune`'s report beside its export, named by the date and time it was written, so that
+    runs can be compared: gputune.toml -> gputune-report-2026-12-02-074512.txt."""
+    out_path = Path(out)
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d-%H%M%S")
+    path = out_path.with_name(f"{out_path.stem}-report-{stamp}.txt")
+    n = 1
+    while path.exists():  # two runs in one second
+        n += 1
+        path = out_path.with_name(f"{out_path.stem}-report-{stamp}-{n}.txt")
+    return path
 
 
 def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
@@ -232,7 +282,10 @@ def add_tune_parser(sub) -> Parser:
     tune.add_argument("--warmup", type=int, default=5, help="steps before measuring, the first of "
                       "which compiles (default 5)")
     tune.add_argument("--out", metavar="FILE", default="gputune.toml", help="where to export the "
-                      "recommendation (TOML or JSON by extension; default gputune.toml)")
+                      "recommendation (TOML or JSON by extension; default gputune.toml; a file "
+                      "there is kept as FILE.1, FILE.2, ...); the report is written beside it, "
+                      "with the date and time in its name")
+    add_format_option(tune, "--out")
     tune.add_argument("--store", metavar="FILE", help="the result store (default: "
                       "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     tune.add_argument("--json", metavar="FILE", help="write every trial, the front and the "
@@ -435,15 +488,22 @@ def describe_run(workload: dict, environment: dict) -> str:
     return ", ".join(parts)
 
 
-def write_outputs(outputs: list[tuple[str, str, Callable[[], object]]]) -> list[str]:
+def write_outputs(outputs: list[tuple[str, object, Callable[[], object]]]) -> list[str]:
     """Write each output, whatever happens to the others: (what, said when written, write)
-    triples such as ("--json r.json", "wrote r.json", lambda: ...). Prints what was written;
-    returns one "what: why" line per output that was not."""
-    problems = write_all((what, write) for what, _, write in outputs)
-    for what, done, _ in outputs:
-        if what not in problems:
+    triples such as ("--json r.json", "wrote r.json", lambda: ...); what is said may be a
+    function of what the write returned. Returns one "what: why" line per output not written."""
+    problems = []
+    for what, done, write in outputs:
+        try:
+            value = write()
+        except (WriteError, ConfigError, OSError) as exc:
+            problems.append(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            continue
+        if callable(done):
+            done(value)
+        else:
             print(done)
-    return [f"{what}: {why}" for what, why in problems.items()]
+    return problems
 
 
 def say_not_written(problems: list[str]) -> None:
@@ -459,6 +519,7 @@ def cmd_bench(args) -> int:
     check_measure_options(args)
     check_output(args.json, "--json")
     check_output(args.export, "--export", config_file=True)
+    trainers = check_formats(args, args.export, "--export")
     overrides = parse_overrides(args.overrides)
     configs = [read(path).config for path in args.config]
     for name in args.preset:
@@ -520,8 +581,8 @@ def cmd_bench(args) -> int:
             args.json, results, environment, workload, plan, verdict)))
     if args.export and top is not None:
         exported = ExportedConfig(top.tune_config, top.measured(), environment, workload["name"])
-        outputs.append((f"--export {args.export}", f"exported {top.label} to {args.export}",
-                        lambda: save(exported, args.export)))
+        outputs.append((f"--export {args.export}", lambda written: print_written(written, top.label),
+                        lambda: exports.write_with_trainers(exported, args.export, trainers)))
     problems = write_outputs(outputs)
     say_not_written(problems)
     if interrupted:
@@ -544,6 +605,7 @@ def cmd_tune(args) -> int:
         raise UsageError(f"--budget-minutes {args.budget_minutes:g} is out of range: a number of "
                          "minutes > 0 (0 or inf: no limit)")
     check_output(args.out, "--out", config_file=True)
+    trainers = check_formats(args, args.out, "--out")
     check_output(args.json, "--json")
     check_batch_multiples(args.choices)
     max_memory = None if args.max_memory is None else parse_memory_budget(args.max_memory)
@@ -575,9 +637,9 @@ def cmd_tune(args) -> int:
         store.close()
     environment, workload = outcome.environment, outcome.workload
     where = " (in memory)" if store.in_memory else ""
-    print(f"\n{describe_run(workload, environment)}; store {store.path}{where}")
-    print(search.report(outcome))
-    problems = write_tune_outputs(args, outcome)
+    text = f"{describe_run(workload, environment)}; store {store.path}{where}\n{search.report(outcome)}"
+    print("\n" + text)
+    problems = write_tune_outputs(args, outcome, text, trainers)
     say_not_written(problems)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
         raise KeyboardInterrupt
@@ -587,19 +649,24 @@ def cmd_tune(args) -> int:
     return EXIT_NOT_WRITTEN if problems else 0
 
 
-def write_tune_outputs(args, outcome) -> list[str]:
-    """--json and the exported recommendation (--out), each written whatever happens to the
-    other; one line per output not written."""
+def write_tune_outputs(args, outcome, report: str, trainers: tuple[str, ...] = ()) -> list[str]:
+    """--json, the report beside the export (dated, so runs compare) and the exported
+    recommendation (--out, with the trainers' files of --format), each written whatever
+    happens to the others; one line per output not written."""
     from tuner_tui.engine import search
 
     outputs = []
     if args.json:
         outputs.append((f"--json {args.json}", f"wrote {args.json}",
                         lambda: search.write_json(args.json, outcome)))
+    report_path = dated_report_path(args.out)
+    outputs.append((f"the report {report_path}", f"wrote {report_path}",
+                    lambda: write_atomic(report_path, report + "\n")))
     if outcome.recommendation is not None:
+        write = functools.partial(exports.write_with_trainers, trainers=trainers)
         outputs.append((f"--out {args.out}",
-                        f"exported {outcome.recommendation.label} to {args.out}",
-                        lambda: search.export(outcome, args.out)))
+                        lambda written: print_written(written, outcome.recommendation.label),
+                        lambda: search.export(outcome, args.out, write=write)))
     return write_outputs(outputs)
 
 

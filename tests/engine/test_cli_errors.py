@@ -197,6 +197,9 @@ def _refused(result, *words):
         (["tune", "--set", "checkpoint_every=" + "1" + "0" * 30], ["checkpoint_every", "<= 1024"]),
         (["bench", "--set", "micro_batch_size=" + "9" * 30], ["micro_batch_size", "<= 1048576"]),
         (["bench", "--set", "devices=100000"], ["devices = 100000 is out of range", "<= 1024"]),
+        (["bench", "--format", "hf"], ["--format needs --export FILE"]),
+        (["tune", "--format", "hf,yaml"], ["--format 'yaml' is not a trainer format",
+                                           "hf, accelerate, lightning"]),
     ],
 )
 def test_bad_numbers_and_paths_are_refused_up_front(cli, args, words):

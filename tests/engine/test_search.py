@@ -376,7 +376,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
             "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
             "--set", "attention=manual", "--set", "fused_kernels=",
             "--set", "weights=fp32", "--set", "optimizer_state=fp32",
-            "--out", str(out), "--json", str(js),
+            "--out", str(out), "--json", str(js), "--format", "hf",
             "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB"]
     proc = gputune(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -394,10 +394,18 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     exported = tomllib.loads(out.read_text())
     assert exported["measured"]["reason"].startswith("fastest of 2 configurations")
     assert exported["config"] == doc["recommendation"]["config"]
+    # the Hugging Face fields beside it, and the report with the date and time in its name
+    assert f"wrote {tmp_path / 'best-hf.yaml'} (Hugging Face TrainingArguments)" in proc.stdout
+    assert "optim:" in (tmp_path / "best-hf.yaml").read_text()
+    [report] = tmp_path.glob("best-report-20*.txt")
+    assert "Recommended:" in report.read_text() and f"wrote {report}" in proc.stdout
     # Re-measured interleaved only when the two lay within a few spreads of each other.
     assert doc["remeasured"] is None or doc["remeasured"]["winner"] == doc["recommendation"]["label"]
     proc2 = gputune(*args, "--remeasure", "0")
     assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") == 3
+    assert len(list(tmp_path.glob("best-report-20*.txt"))) == 2  # one per run, to compare
+    kept = tmp_path / "best.toml.1"  # the first run's export, where the second's differs
+    assert ("kept the previous best.toml as best.toml.1" in proc2.stdout) == kept.exists()
     proc3 = gputune(*args, "--remeasure", "0", "--fresh")
     assert proc3.returncode == 0 and "skipped as measured" not in proc3.stdout
 

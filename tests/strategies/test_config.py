@@ -39,7 +39,9 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
     path.write_text("old contents")
     save(TuneConfig(), path)
     assert load(path) == TuneConfig()
-    assert [p.name for p in tmp_path.iterdir()] == ["gputune.toml"]
+    # no temporary file left; the file replaced is kept beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gputune.toml", "gputune.toml.1"]
+    assert (tmp_path / "gputune.toml.1").read_text() == "old contents"
 
 
 def test_save_to_unwritable_place_is_a_config_error(tmp_path):

@@ -1,5 +1,5 @@
 """The data parallel strategy in a user's own script: refused without a process group, and run
-under torchrun (2 processes, gloo) as the README says, on a model that is not one of ours."""
+under torchrun (2 processes, gloo) as the user guide says, on a model that is not one of ours."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""The README's five-line snippet, run as written on a plain model that is not one of ours."""
+"""The README's five-line snippet (and the guide's micro-batch one), run as written on a plain
+model that is not one of ours."""
 
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import strategies
 from strategies import TuneConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = README.parent / "docs" / "guide.md"
 
 
 def readme_snippet() -> str:
@@ -43,7 +45,7 @@ def test_the_snippet_is_as_long_as_the_readme_says():
     assert said, "README does not say how many lines the snippet adds"
     added = [ln for ln in readme_snippet().splitlines() if ln.strip() and "# as before" not in ln]
     assert len(added) == NUMBERS[said.group(1)] <= 5, added
-    assert all("strategies" in ln or "tuned" in ln for ln in added), added
+    assert all("gputune" in ln or "tuned" in ln for ln in added), added
 
 
 def test_readme_snippet_trains_a_foreign_model(tmp_path, monkeypatch):
@@ -83,11 +85,11 @@ def _dedent(block: str) -> str:
     return textwrap.dedent(block)
 
 
-def test_readme_accumulation_snippet_gives_the_whole_batch_gradients(tmp_path, monkeypatch):
-    text = README.read_text()
+def test_the_guides_accumulation_snippet_gives_the_whole_batch_gradients(tmp_path, monkeypatch):
+    text = GUIDE.read_text()
     match = re.search(r"<!-- accumulate-snippet -->\s*```python\n(.*?)```", text, re.S)
-    assert match, "README has no accumulation snippet"
-    snippet = "import strategies\n" + match.group(1)
+    assert match, "the guide has no accumulation snippet"
+    snippet = "import gputune\n" + match.group(1)
     strategies.save(TuneConfig.from_dict({"micro_batch_size": 4, "grad_clip": 0.0}),
                     tmp_path / "gputune.toml")
     monkeypatch.chdir(tmp_path)

@@ -316,6 +316,29 @@ async def test_export_writes_a_file_that_strategies_loads(tmp_path):
 
 
 @async_test
+async def test_export_for_a_trainer_says_it_keeps_the_file_it_replaces(tmp_path):
+    app, workers = make_app(TuneConfig().replace(precision="bf16"))
+    old = tmp_path / "run-hf.yaml"
+    old.write_text("# an earlier export\n")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 2)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen))
+        path_input = app.screen.query_one("#export-path", Input)
+        path_input.value = str(tmp_path / "run.toml")
+        await pilot.click("#fmt-hf")
+        await pilot.pause()
+        assert path_input.value == str(old)
+        note = str(app.screen.query_one("#export-note").render())
+        assert "Hugging Face TrainingArguments" in note
+        assert "run-hf.yaml exists: it will be kept as run-hf.yaml.1" in note
+        await pilot.click("#export")
+        await wait_for(pilot, lambda: (tmp_path / "run-hf.yaml.1").exists())
+        assert (tmp_path / "run-hf.yaml.1").read_text() == "# an earlier export\n"
+        assert "bf16: true" in old.read_text().splitlines()
+
+
+@async_test
 async def test_export_to_an_unwritable_path_says_why(tmp_path):
     app, workers = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -56,7 +56,9 @@ def test_leaderboard_sorted_with_a_row_chosen(snap_compare):
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
 
 
-def test_export_dialog(snap_compare):
+def test_export_dialog(snap_compare, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no gputune.toml there: the dialog's note does not vary
+
     async def run_before(pilot):
         await settle(pilot)
         await pilot.press("e")

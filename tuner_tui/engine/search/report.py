@@ -7,7 +7,6 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable
 
 from strategies.config import ExportedConfig, save
@@ -222,15 +221,17 @@ def explain(outcome: SearchOutcome) -> str:
     return "; ".join(parts)
 
 
-def export(outcome: SearchOutcome, path: str | os.PathLike) -> Path | None:
+def export(outcome: SearchOutcome, path: str | os.PathLike, write=save):
+    """Write the recommendation with `write(ExportedConfig, path)` (default `save`), and
+    return what it returns; None when there is none."""
     top = outcome.recommendation
     if top is None:
         return None
     measured = top.measured()
     measured["reason"] = outcome.reason
     measured["search_trials"] = len(outcome.results)
-    return save(ExportedConfig(top.tune_config, measured, outcome.environment,
-                               outcome.workload["name"]), path)
+    return write(ExportedConfig(top.tune_config, measured, outcome.environment,
+                                outcome.workload["name"]), path)
 
 
 def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
