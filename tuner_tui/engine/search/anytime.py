@@ -205,7 +205,10 @@ class AnytimeSearch(SearchStrategy):
                       (r.step_ms or 0) / 1e3 or None, True)
 
     def moves(self, config: TuneConfig) -> Iterator[tuple[tuple[str, ...], TuneConfig]]:
-        """Every single move from `config`, and a doubled batch with a memory lever."""
+        """Every single move from `config` (with the options it interacts with); and where a
+        move would likely miss the budget (a larger batch, checkpointing taken off), the same
+        with each memory lever that may bring it back."""
+        singles: list[tuple[tuple[str, ...], TuneConfig]] = []
         for key, values in self.space.choices:
             if key in ("batch_size", "micro_batch_size"):
                 continue
@@ -214,17 +217,14 @@ class AnytimeSearch(SearchStrategy):
             for value in values:
                 child = variant(self.space, config, **{key: value})
                 if child is not None and child != config:
-                    yield (key,), child
+                    singles.append(((key,), child))
                     for other in OPTIONS[key].search.interacts:
                         for partner in self.space.values(other):
                             both = variant(self.space, child, **{other: partner})
                             if both is not None and both != child and both != config:
-                                yield (key, other), both
+                                singles.append(((key, other), both))
         for child in self._batch_moves(config):
-            yield ("batch_size",), child
-            if child.batch_size and self._batch(child) > self._batch(config):
-                for key, closer in memory_moves(self.space, child):
-                    yield ("batch_size", key), closer
+            singles.append((("batch_size",), child))
         sizes = self.space.micro_batches(config)
         current = config.micro_batch_size
         if current in sizes:
@@ -232,7 +232,16 @@ class AnytimeSearch(SearchStrategy):
             for other in sizes[max(0, at - 1):at] + sizes[at + 1:at + 2]:
                 child = variant(self.space, config, micro_batch_size=other)
                 if child is not None and child != config:
-                    yield ("micro_batch_size",), child
+                    singles.append((("micro_batch_size",), child))
+        yield from singles
+        if self.budget_bytes is None:
+            return
+        for keys, child in singles:
+            if len(keys) > 1 or self.footprint.chance_to_fit(child) >= 0.5:
+                continue
+            for key, closer in memory_moves(self.space, child):
+                if key not in keys and closer != config:
+                    yield keys + (key,), closer
 
     def _batch_moves(self, config: TuneConfig) -> list[TuneConfig]:
         if "batch_size" not in dict(self.space.choices):

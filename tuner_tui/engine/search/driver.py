@@ -29,6 +29,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Callable, TextIO
 
+from strategies.applicability import inapplicable_options
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
@@ -208,8 +209,9 @@ class Search:
         self.workload = ready.workload
         self.default_batch = self.workload["default_batch_size"]
         self.workload_key = workload_key(self.workload)
+        self.skip = tuple(inapplicable_options(self.workload))
         self.space = default_space(self.caps, self.default_batch, plan.fixed, plan.choices,
-                                   inapplicable=self.workload.get("inapplicable") or {})
+                                   inapplicable=self.skip)
         start = self.space.start()
         start.check_runnable(self.caps)
         # The batch the devices and the micro-batch must divide is known only now.
@@ -351,8 +353,8 @@ class Search:
 
         def run(config: TuneConfig, index: int, total: int) -> TrialResult:
             began = self.elapsed()
-            self.progress.begin(index, total, config.label(), "re-measuring the leaders, "
-                                "interleaved")
+            self.progress.begin(index, total, config.label(skip=self.skip),
+                                "re-measuring the leaders, interleaved")
             try:
                 original = self.history.get(config)
                 expected = self._repeat_s(original) if original is not None else 0.0
@@ -461,7 +463,7 @@ class Search:
             note += f", best {fmt.si(best_now.tokens_per_s)} tokens/s"
         total = f"~{index + max(0, min(self.strategy.remaining(self.history), self._trials_left()))}"
         try:
-            self.progress.begin(index, total, config.label(), f"{note}; {why}")
+            self.progress.begin(index, total, config.label(skip=self.skip), f"{note}; {why}")
         except (OSError, ValueError):
             pass
 

@@ -55,6 +55,10 @@ class SearchSpace:
     batch_size=x1,x2,...`)."""
     default_batch: int = 0
     """The workload's batch size, which `batch_size = 0` stands for."""
+    inapplicable: tuple[str, ...] = ()
+    """Options and choices (`KEY`, `KEY=CHOICE`) that change nothing in the workload's model
+    (`strategies.applicability`): put back at their defaults, so that a move of them is no
+    move at all."""
 
     def values(self, key: str) -> tuple:
         found = dict(self.choices).get(key)
@@ -98,6 +102,8 @@ class SearchSpace:
         without compile, checkpoint_every without every-n) are put back at their start value,
         and under compile the fused kernels left to Inductor are dropped
         (`TuneConfig.effective_kernels`): a set that differs only in those is the same run."""
+        if self.inapplicable:
+            config = config.without(self.inapplicable)
         fixed = dict(self.fixed)
         changes = {}
         effective = config.effective_kernels()
@@ -202,7 +208,8 @@ def default_space(
     (`inapplicable`: option -> why, such as attention for a model without attention modules;
     unless the user names them in `choices`), and without the values this machine cannot run."""
     fixed = dict(fixed or {})
-    defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in (inapplicable or {})}
+    skip = tuple(inapplicable or ())
+    defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in skip}
     merged = {**defaults, **parallel_choices(fixed, choices or {}), **(choices or {})}
     kept: list[tuple[str, tuple]] = []
     grow = False
@@ -229,8 +236,22 @@ def default_space(
     modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
     if modes == ("off",):  # a compile scope changes nothing without compile
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
-    return SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow,
-                       default_batch=default_batch)
+    space = SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow,
+                        default_batch=default_batch, inapplicable=skip)
+    # A set value that differs only in members the model lacks is the same run.
+    distinct = []
+    for key, values in space.choices:
+        if key == "fused_kernels" and skip:
+            seen: list = []
+            for v in values:
+                plain_v = tuple(k for k in v if f"fused_kernels={k}" not in skip)
+                if plain_v not in seen:
+                    seen.append(plain_v)
+            values = tuple(seen) if len(seen) > 1 else None
+        if values is not None:
+            distinct.append((key, values))
+    return SearchSpace(tuple(distinct), space.fixed, grow_batch=grow,
+                       default_batch=default_batch, inapplicable=skip)
 
 
 def parallel_choices(fixed: dict, choices: dict) -> dict[str, tuple]:
