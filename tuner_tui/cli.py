@@ -260,10 +260,21 @@ def check_batch_multiples(choices: list[str]) -> None:
 
 def worker_spec(args):
     from tuner_tui.engine.protocol import WorkerSpec
+    from tuner_tui.engine.worker_log import new_run_log
 
+    # The workers' output goes to this run's log, not the terminal (engine/worker_log.py).
     return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
                       seed=args.seed, sequence_length=args.seq_len,
-                      environ=tuple(compile_cache_environ().items()))
+                      environ=tuple(compile_cache_environ().items()),
+                      log_path=str(new_run_log(args.command or "dashboard")))
+
+
+def print_worker_warnings(spec) -> None:
+    """The workers' warnings, once, summarised, with the log's path."""
+    from tuner_tui.engine.worker_log import summary_lines
+
+    for line in summary_lines(spec.log_path):
+        print(line)
 
 
 def describe_run(workload: dict, environment: dict) -> str:
@@ -327,6 +338,7 @@ def cmd_bench(args) -> int:
         print(line)
     if plan.profile_steps:
         print(table.format_profiles(results))
+    print_worker_warnings(plan.spec)
     if args.json:
         print(f"wrote {args.json}")
     top = runner.best(results)
@@ -398,6 +410,7 @@ def cmd_tune(args) -> int:
     environment, workload = outcome.environment, outcome.workload
     print(f"\n{describe_run(workload, environment)}; store {store.path}")
     print(search.report(outcome))
+    print_worker_warnings(plan.spec)
     if args.json:
         search.write_json(args.json, outcome)
         print(f"wrote {args.json}")
