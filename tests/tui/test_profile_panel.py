@@ -40,7 +40,9 @@ async def test_x_profiles_the_current_run_and_the_panel_shows_the_verdict():
         await pilot.pause(0.1)
         (request,) = sent(workers[0], protocol.ProfileRun)
         assert request.trace_path is None
-        assert shown(app) and app.profile_panel.display and not app.config_view.display
+        # In the plots' place: the selected row's configuration stays on screen beside it.
+        assert shown(app) and app.profile_panel.display and app.config_view.display
+        assert not app.query_one("#plots").display
         text = screen_text(app)
         assert "where the step goes" in text and "run 1: fp32" in text
         assert "host-bound" in text and "of the step is spent outside" in text
@@ -88,7 +90,7 @@ def test_the_session_puts_a_profile_on_its_runs_row():
     session.apply(protocol.ProfileMeasured(7, profile), 0.0)  # a run with no row: ignored
     assert session.profiled == [1]
     session.apply(protocol.ProfileMeasured(1, {"error": "profile failed: boom"}), 0.0)
-    assert ("warning", "profile failed: boom") in session.logs
+    assert ("warning", "profile failed: boom", "worker") in session.logs
 
 
 class ProfilingRecordedWorker(RecordedWorker):

@@ -16,12 +16,12 @@ TRACE_DIR = "gputune-traces"
 
 
 def shown(app: Any) -> bool:
-    return app.query_one("#bottom").has_class("-profiling")
+    return app.profile_shown
 
 
 def set_shown(app: Any, shown: bool) -> None:
-    """The profile panel in the configuration's place (app.tcss), or the configuration back."""
-    app.query_one("#bottom").set_class(shown, "-profiling")
+    """The profile panel in the plots' place (in the compact layout: its view), or back."""
+    app.profile_shown = shown
 
 
 def request_profile(app: Any, trace: bool) -> None:

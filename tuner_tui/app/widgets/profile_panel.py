@@ -91,9 +91,9 @@ class ProfilePanel(Static):
             body.add_column(no_wrap=True)
             body.add_column(ratio=1)
             body.add_row(Group(category_bars(profile, BAR_WIDTH), facts(profile)), verdict(profile))
-        else:
-            body = Group(category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
-                         facts(profile), verdict(profile))
+        else:  # narrow (the compact layout): the verdict first, where it is seen
+            body = Group(verdict(profile), category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
+                         facts(profile))
         parts = [body, top_kernels(profile, max(20, width - 8))]
         if rates := flop_line(profile):  # full width: with SDPA or two precisions it is long
             parts.insert(1, Text(rates, style="dim", no_wrap=True, overflow="ellipsis"))
