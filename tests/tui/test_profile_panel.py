@@ -3,6 +3,8 @@ and what to try. The fake worker answers with a real recorded host-bound CPU pro
 
 from __future__ import annotations
 
+import pytest
+
 from recording import load_recording
 from screen_text import screen_text
 from tui_fakes import FakeSampler, FakeWorker, RecordedWorker, async_test, host_bound_profile, wait_for
@@ -103,7 +105,8 @@ class ProfilingRecordedWorker(RecordedWorker):
             self._emit(protocol.ProfileMeasured(last.run_id, host_bound_profile(last.config.to_dict())))
 
 
-def test_profile_panel_snapshot(snap_compare):
+@pytest.mark.parametrize("size", [(160, 48), (120, 36), (80, 24)])
+def test_profile_panel_snapshot(snap_compare, size):
     events = load_recording()
     app = GputuneApp(lambda: ProfilingRecordedWorker(events),
                      sampler_factory=lambda: FakeSampler(gpu=True),
@@ -118,7 +121,7 @@ def test_profile_panel_snapshot(snap_compare):
         app.clear_notifications()
         await pilot.pause(0.1)
 
-    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 def _gpu_profile_with_matmuls() -> dict:

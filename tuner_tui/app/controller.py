@@ -248,7 +248,8 @@ class Controller:
         change = self.session.change_vs_baseline(pick)
         factor = f" ({fmt.speedup(change)} baseline)" if change is not None else ""
         if standings.is_tie():
-            others = ", ".join(f"#{r.number}" for r in standings.tied if r is not pick)
+            rest = [f"#{r.number}" for r in standings.tied if r is not pick]
+            others = ", ".join(rest[:3]) + (f" and {len(rest) - 3} more" if len(rest) > 3 else "")
             baseline = self.session.baseline
             within_base = baseline in standings.tied and baseline is not None
             head = ("no configuration is faster than the baseline beyond the spread: "

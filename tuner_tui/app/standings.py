@@ -74,7 +74,8 @@ class Standing:
         if self.count < 2 or self.fastest is None:
             return ""
         if self.tied:
-            numbers = ", ".join(f"#{r.number}" for r in self.tied)
+            numbers = ", ".join(f"#{r.number}" for r in self.tied[:4]) + (
+                f" and {len(self.tied) - 4} more" if len(self.tied) > 4 else "")
             gap = max(tie_gap(_spread(self.tied[0]), _spread(r)) for r in self.tied[1:])
             pick = self.pick
             return f"tie: {numbers} within the spread (±{gap:.0%}); the simpler is #{pick.number}"
