@@ -58,6 +58,7 @@ async def test_library_warnings_go_to_the_log_view_not_over_the_screen():
             protocol.WorkerLog("warning", "Failed to load /x/torchao/_C_mxfp8.so", "torchao"),
             protocol.WorkerLog("warning", "the fp32 reference does not fit: unchecked"))
         await wait_for(pilot, lambda: app.session.warnings_logged() == 2)
+        app.refresh_live()
         await pilot.pause(0.1)
         messages = [n.message for n in app._notifications]
         assert not any("Failed to load" in m for m in messages)  # a library's: the log only
