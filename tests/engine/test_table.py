@@ -41,7 +41,8 @@ def test_the_table_fits_a_narrow_terminal_label_wrapped_key_columns_kept():
     long_label = "bf16 + sdpa + compile(reduce-overhead) + fused AdamW + [linear_cross_entropy]"
     small = protocol.TrialResult(config={}, label="fp32", status="ok", tokens_per_s=900.0,
                                  step_ms=12.0, step_ms_q1=11.9, step_ms_q3=12.1,
-                                 peak_memory_bytes=15 << 20)
+                                 peak_memory_bytes=15 << 20, compile_s=1.5, loss_ok=True,
+                                 loss_max_rel_error=1e-3)
     results = [small, _result(long_label, 123456.0), _result("fp16", None, "oom")]
     for width in (80, 100):
         lines = format_table(results, width=width).splitlines()
@@ -50,5 +51,6 @@ def test_the_table_fits_a_narrow_terminal_label_wrapped_key_columns_kept():
         for kept in ("#", "configuration", "tokens/s", "spread", "peak", "status"):
             assert kept in header
         assert lines[2].split()[-1] == "ok" and "15 MiB" in lines[2]  # MiB under 1 GiB
-    assert "(not shown at 80 columns: est mem, compile s" in format_table(results, width=80)
+    # (est mem has no figure: left out without a word)
+    assert "(not shown at 80 columns: MFU, compile s, loss;" in format_table(results, width=80)
     assert "".join(format_table(results, width=80).split()).count("linear_cross") == 1

@@ -92,7 +92,11 @@ class Progress:
         if not self.total or not self.durations:
             return None
         mean = sum(self.durations) / len(self.durations)
-        current = max(0.0, mean - (time.monotonic() - self.started))
+        elapsed = time.monotonic() - self.started
+        current = max(0.0, mean - elapsed)
+        measured = _steps(self.detail) if self.state == "measuring" else None
+        if measured:  # this trial's own pace, once its measured steps are under way
+            current = max(current, elapsed * (1 - measured) / measured)
         return current + mean * max(0, self.total - self.index)
 
     # -- drawing -------------------------------------------------------------------------------

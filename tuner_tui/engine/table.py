@@ -99,7 +99,7 @@ def _estimate(r: protocol.TrialResult) -> str:
     return ("" if r.memory_estimate.get("certain", True) else "~") + _size(total)
 
 
-NARROW_DROP_ORDER = ("est mem", "MFU", "compile s", "step ms", "loss", "x first", "x base")
+NARROW_DROP_ORDER = ("est mem", "MFU", "compile s", "loss", "step ms", "x first", "x base")
 """The table's columns left out, in this order, where the terminal is too narrow for all."""
 LABEL_MIN = 16
 """The configuration column keeps at least this many characters (longer labels wrap)."""
@@ -110,7 +110,8 @@ def fit_columns(headers: list[str], rows: list[list[str]], width: int | None,
                 ) -> tuple[list[str], list[list[str]], list[str]]:
     """The headers and rows left once columns are dropped so that the table fits in `width`
     with LABEL_MIN characters for the `wrap` column: first the columns with no figure at all,
-    then those of `drop_order` in turn. Returns (headers, rows, the headers dropped)."""
+    then those of `drop_order` in turn. Returns (headers, rows, the headers of the columns with
+    figures that were dropped)."""
     if width is None:
         return headers, rows, []
 
@@ -130,7 +131,8 @@ def fit_columns(headers: list[str], rows: list[list[str]], width: int | None,
             break
         if i in keep:
             keep.remove(i)
-            dropped.append(headers[i])
+            if i not in empty:  # a column with no figure is not missed
+                dropped.append(headers[i])
     return ([headers[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped)
 
 
