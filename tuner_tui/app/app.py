@@ -29,10 +29,11 @@ from strategies.config import ConfigError, ExportedConfig, TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.app import layout
 from tuner_tui.app.controller import Controller
+from tuner_tui.app.palette import palette_commands
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
-from tuner_tui.app.screens.history import HistoryScreen
+from tuner_tui.app.screens.history import HistoryScreen, load_history
 from tuner_tui.app.screens.log import LogScreen
 from tuner_tui.app.session import LogLine, Row, Session
 from tuner_tui.app.store_writer import StoreWriter
@@ -475,19 +476,9 @@ class GputuneApp(App[int]):
     @work(thread=True, exclusive=True, group="history", exit_on_error=False)
     def _load_history(self, environment: dict, description: dict) -> None:
         """Reads the result store in a thread (SQLite may wait on a writer's lock)."""
-        trials, problem, workload = [], "", ""
-        try:
-            from tuner_tui.engine.store import ResultStore, StoreError, workload_key
-
-            workload = workload_key(description) if description.get("name") else ""
-            try:
-                with ResultStore() as store:
-                    trials = store.past(environment, workload or None, limit=500)
-            except StoreError as exc:
-                problem = str(exc)
-        except ImportError as exc:
-            problem = f"no result store: {exc}"
-        where = f"{self.session.capabilities.gpu_name or self.session.capabilities.device}, {workload}"
+        caps = self.session.capabilities
+        trials, workload, problem = load_history(environment, description)
+        where = f"{caps.gpu_name or caps.device}, {workload}"
         self.call_from_thread(self._show_history, trials, where, problem)
 
     def _show_history(self, trials: list, where: str, problem: str) -> None:
@@ -507,21 +498,7 @@ class GputuneApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Apply options", "Send the options panel's configuration to the worker", self.action_apply)
-        yield SystemCommand("Pause / resume training", "Pause the worker, or resume it", self.action_toggle_pause)
-        yield SystemCommand("Re-apply selected row", "Apply the configuration of the selected leaderboard row", self.action_reapply)
-        yield SystemCommand("Export configuration", "Write the selected row (else the best) to TOML or JSON", self.action_export)
-        yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
-        yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
-        yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
-        yield SystemCommand("Search", "Start (or stop) the automatic search: gputune tune's stages, trial by trial on this run", self.action_search)
-        yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
-        yield SystemCommand("Profile", "Where the step's time goes in the selected row (or the current run), and what to try", self.action_profile)
-        yield SystemCommand("Profile and write a trace", "The profile, and its Chrome/Perfetto trace under gputune-traces/", lambda: self.action_profile(True))
-        yield SystemCommand("Log", "Warnings of the worker and of torch, torchao, triton, transformers", self.action_log)
-        yield SystemCommand("Next view", "On a small terminal: the next view beside the figures", self.action_next_view)
-        yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
-        yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
+        yield from palette_commands(self)
 
     async def action_quit(self) -> None:
         if self._quitting:
@@ -537,53 +514,3 @@ class GputuneApp(App[int]):
         if self.reader is not None:
             self.reader.close()
         self.call_from_thread(self.exit, 0)
-
-
-EXIT_GRACE_S = 5.0
-"""After SIGTERM or SIGHUP, how long the app may take to exit in order before it is ended."""
-
-
-def run_dashboard(spec: Any, start_config: TuneConfig | None = None,
-                  memory_budget: int | None = None) -> int:
-    """Open the dashboard on a worker built from `spec` (a `WorkerSpec`); returns the exit code."""
-    import os
-    import signal
-
-    from dataclasses import replace
-
-    from tuner_tui.engine.client import WorkerClient
-    from tuner_tui.engine.worker_log import new_run_log
-
-    if spec.log_path is None:  # the worker's output must not reach the screen
-        spec = replace(spec, log_path=str(new_run_log("dashboard")))
-    subtitle = f"{spec.workload} · {spec.device}"
-    app = GputuneApp(lambda: WorkerClient(spec), start_config, subtitle=subtitle,
-                     memory_budget=memory_budget, log_path=spec.log_path, record=True)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        # Runs in the main thread between bytecodes; exit through the app's loop.
-        app.call_later(app.exit, 0)
-        if not forced.is_set():
-            forced.set()
-            threading.Thread(target=exit_if_stuck, args=(signum,), daemon=True).start()
-
-    def exit_if_stuck(signum: int) -> None:
-        """A closed terminal can leave the app unable to finish its orderly exit (seen: still
-        alive, with its worker, 40 s after SIGHUP). After a grace period the worker is stopped
-        from here and the process ends, so nothing is left behind."""
-        time.sleep(EXIT_GRACE_S)
-        if app.reader is not None:
-            app.reader.close(timeout=2.0)
-        os._exit(128 + signum)
-
-    forced = threading.Event()
-
-    previous = {s: signal.signal(s, on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        code = app.run()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if app.reader is not None:
-            app.reader.close()
-    return 0 if code is None else int(code)

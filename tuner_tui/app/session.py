@@ -128,6 +128,8 @@ class Session:
     """What the current run's first step builds (CompileStarted.what)."""
     applying_since: float | None = None
     """When the configuration being prepared was sent (its reference, gradients and build)."""
+    preparing_note: str = ""
+    """What the worker said it builds meanwhile (the fused kernels' C++ nodes)."""
     run_started_at: float | None = None
     warmup_steps: int = 5
     """The current run's steps before its measured ones."""
@@ -202,11 +204,6 @@ class Session:
     def item_name(self) -> str:
         """What the workload counts per sample: tokens for the language models."""
         return str(self.workload.get("item_name") or "tokens")
-
-    def fastest_passed_row(self) -> Row | None:
-        """The fastest row that ran and passed the loss and gradient checks (status ok)."""
-        passed = [r for r in self.rows if r.ok and r.result.tokens_per_s]
-        return max(passed, key=lambda r: r.result.tokens_per_s) if passed else None
 
     def current_result(self) -> protocol.TrialResult | None:
         row = self.row_for_run(self.run_id)
@@ -409,6 +406,8 @@ class Session:
         self.worker_state = self.paused_state if self.paused_state != "paused" else "running"
 
     def _on_WorkerLog(self, event: protocol.WorkerLog, now: float) -> None:
+        if event.level == "info" and not event.source and self.worker_state == "applying":
+            self.preparing_note = event.text
         self._log(LogLine(event.level, event.text, event.source or "worker"))
 
     # -- app-level facts (not protocol events) ---------------------------------------------------
@@ -419,6 +418,7 @@ class Session:
         self.worker_note = label
         self.pending = (dict(config), label)
         self.applying_since = self.clock()
+        self.preparing_note = ""
         self.version += 1
 
     def worker_started(self, pid: int | None) -> None:

@@ -35,7 +35,8 @@ class WorkerSpec:
     of one precision (fp32 needs the most memory: its reference may not fit where bf16 does);
     "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang);
     "grad:<kernel>:<fault>" breaks one kernel's backward (engine/faults.py), for the tests of
-    the gradient gate."""
+    the gradient gate; "noisy-steps:MS" makes every step sleep a random 0..MS ms inside its
+    timed part (a busy neighbour), for the tests of the noise handling."""
     environ: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker before it imports torch (e.g. the Inductor
     cache directory that the search's trials share)."""

@@ -177,9 +177,26 @@ class Worker:
             )
         from tuner_tui.engine.profiler import compile_counters
 
+        builds = self._one_time_builds(trainer.config)
+        if builds:  # the dashboard's "preparing" line says what the wait is for
+            self.emit(protocol.WorkerLog("info", builds))
         self.compile_before = compile_counters()
         trainer.build()
         worker_log.attach_library_loggers()  # transformers and torchao make theirs on import
+
+    def _one_time_builds(self, config: TuneConfig) -> str:
+        """What building `config` does once per machine and may take a while, or "": the C++
+        autograd nodes of the fused kernels are compiled on a CUDA machine's first use."""
+        if self.device != "cuda" or not config.fused_kernels:
+            return ""
+        try:
+            from gputune_kernels import _native
+        except ImportError:
+            return ""
+        status = _native.status()
+        if status in ("not built", "building"):
+            return "building the fused kernels' C++ nodes (once per machine, then cached)"
+        return ""
 
     def _inject_oom(self, batch_size: int, precision: str) -> bool:
         fault = self.spec.fault_injection or ""

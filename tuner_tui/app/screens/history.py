@@ -19,6 +19,24 @@ from tuner_tui.engine.noise import spread
 from tuner_tui.engine.protocol import measured_peak
 
 
+def load_history(environment: dict, description: dict) -> tuple[list, str, str]:
+    """(trials measured before on this machine for this workload, newest first; the workload's
+    store key; why none could be read, or "")."""
+    trials, problem, workload = [], "", ""
+    try:
+        from tuner_tui.engine.store import ResultStore, StoreError, workload_key
+
+        workload = workload_key(description) if description.get("name") else ""
+        try:
+            with ResultStore() as store:
+                trials = store.past(environment, workload or None, limit=500)
+        except StoreError as exc:
+            problem = str(exc)
+    except ImportError as exc:
+        problem = f"no result store: {exc}"
+    return trials, workload, problem
+
+
 def _when(created: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(created))
 

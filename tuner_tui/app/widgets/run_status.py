@@ -45,6 +45,8 @@ def status_text(session: Session, now: float) -> Text:
         text.append(f"  ⚠ {warnings} in log (l)", style="yellow")
     if session.worker_state == "applying":
         text.append(f" {session.worker_note}", style="bold yellow")
+        if session.preparing_note:
+            text.append(f": {session.preparing_note}", style="yellow")
         if session.search_note:
             text.append(f"   ⟳ {session.search_note}", style="bold magenta")
         return text
