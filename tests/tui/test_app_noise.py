@@ -43,13 +43,14 @@ async def test_a_search_over_rows_within_their_spread_ends_in_a_tie_not_a_best()
 @pytest.mark.slow
 @async_test
 async def test_a_run_made_noisy_by_an_injected_sleep_measures_more_steps_and_ties():
-    # Each step sleeps 0-60 ms, several times the step itself: two configurations of the same
-    # speed (gpt2-tiny on the CPU) cannot be told apart, and must not be.
-    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection="noisy-steps:60")
+    # Each step sleeps 0-150 ms, several times the step itself (gpt2-tiny on the CPU): the same
+    # configuration measured twice must not be told apart from itself.
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", fault_injection="noisy-steps:150")
     measure = 6
-    app = GputuneApp(lambda: WorkerClient(spec), TuneConfig().replace(optimizer="foreach"),
-                     sampler_factory=None, measure_steps=measure)
+    app = GputuneApp(lambda: WorkerClient(spec), sampler_factory=None, measure_steps=measure)
     async with app.run_test(size=(120, 36)) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1, timeout=180)
+        app.apply_in_turn([TuneConfig()])
         await wait_for(pilot, lambda: len(app.session.rows) == 2, timeout=180)
         for row in app.session.rows:
             r = row.result

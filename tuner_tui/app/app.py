@@ -35,7 +35,7 @@ from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
 from tuner_tui.app.screens.history import HistoryScreen, load_history
 from tuner_tui.app.screens.log import LogScreen
-from tuner_tui.app.session import LogLine, Row, Session
+from tuner_tui.app.session import Row, Session
 from tuner_tui.app.store_writer import StoreWriter
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
@@ -191,7 +191,7 @@ class GputuneApp(App[int]):
         self.set_class(True, f"-view-{self.view}")
         if self.record:
             self._store = StoreWriter(
-                lambda problem: self.session.logs.append(LogLine("warning", problem, "store")))
+                lambda problem: self.session.log("warning", problem, "store"))
         self.reader = EventReader(self.source_factory, self.post_message, self.auto_restart)
         self.reader.start()
         self.set_interval(REFRESH_S, self.refresh_live)

@@ -59,7 +59,8 @@ def request_profile(app: Any, trace: bool) -> None:
     session.profile_note = f"profiling {what} after its measured steps…"
     set_shown(app, True)
     app.show_selected_row()
-    app.notify(session.profile_note + (f"\ntrace: {path}" if path else ""), timeout=5)
+    # The panel says it; no notice over the leaderboard.
+    session.log("info", session.profile_note + (f" trace: {path}" if path else ""))
 
 
 def show_profile(app: Any, row: Any) -> None:
@@ -75,7 +76,6 @@ def show_profile(app: Any, row: Any) -> None:
 def profile_arrived(app: Any, event: protocol.ProfileMeasured) -> None:
     profile = event.profile
     if profile.get("categories"):
-        app.notify(f"{profile['bottleneck']}-bound: {profile['evidence']}", title="profiled",
-                   timeout=8)
+        app.session.log("info", f"profiled: {profile['bottleneck']}-bound: {profile['evidence']}")
     set_shown(app, True)
     show_profile(app, app.session.row_for_run(event.run_id))

@@ -136,6 +136,7 @@ class Session:
     run_times: list = field(default_factory=list)
     """Step times (ms) of the current run's measured steps so far."""
     run_rates: list = field(default_factory=list)
+    """Their rates (tokens/s): the panel's figure until the run's row is in."""
     compile_s: float | None = None
     """Compile time of the current run, once known."""
     paused_state: str = "running"
@@ -178,10 +179,7 @@ class Session:
         return next((r for r in self.rows if r.ok and r.result.tokens_per_s), None)
 
     def change_vs_baseline(self, row: Row) -> float | None:
-        base = self.baseline
-        if base is None or not row.result.tokens_per_s:
-            return None
-        return row.result.tokens_per_s / base.result.tokens_per_s
+        return self.change(row.result.tokens_per_s)
 
     def row_for_run(self, run_id: int | None) -> Row | None:
         if run_id is None:
