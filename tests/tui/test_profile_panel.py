@@ -163,3 +163,11 @@ async def test_the_panel_shows_the_matmul_rate_against_its_peak_in_one_line():
         await pilot.pause()
         lines = [line.strip() for line in screen_text(app).splitlines() if "TFLOP/s" in line]
     assert lines == ["matmul: 458.1 TFLOP/s bf16 = 46% of peak"]
+
+
+def test_the_profilers_own_memory_is_said_apart_from_the_rows_peak():
+    from tuner_tui.app.widgets.profile_panel import facts
+
+    profile = dict(host_bound_profile({}), profiler_memory_bytes=70 << 20)
+    assert "the profiler's own memory: 70 MiB, not in the row's peak" in facts(profile).plain
+    assert "profiler's own" not in facts(host_bound_profile({})).plain

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tuner_tui import format as fmt
 from tuner_tui.app.widgets.bars import bar
 from tuner_tui.engine.profile import CATEGORIES, CATEGORY_NAMES, flop_line
 
@@ -38,6 +39,10 @@ def facts(profile: dict) -> Text:
     unit = "launches" if profile["timeline"] == "GPU" else "ops"
     text.append(f"{profile['step_ms']:.1f} ms profiled step, "
                 f"{profile['launches_per_step']:,.0f} {unit}/step", style="dim")
+    own = profile.get("profiler_memory_bytes")
+    if own:
+        text.append(f"\nthe profiler's own memory: {fmt.size(own)}, not in the row's peak",
+                    style="dim")
     counts = profile.get("compile") or {}
     if counts.get("graphs"):
         text.append(f"\ncompile: {counts['graphs']} graphs, {counts.get('graph_breaks', 0)} "
