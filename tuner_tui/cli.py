@@ -469,10 +469,21 @@ def check_batch_multiples(choices: list[str]) -> None:
 
 def worker_spec(args):
     from tuner_tui.engine.protocol import WorkerSpec
+    from tuner_tui.engine.worker_log import new_run_log
 
+    # The workers' output goes to this run's log, not the terminal (engine/worker_log.py).
     return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
                       seed=args.seed, sequence_length=args.seq_len,
-                      environ=tuple(compile_cache_environ().items()))
+                      environ=tuple(compile_cache_environ().items()),
+                      log_path=str(new_run_log(args.command or "dashboard")))
+
+
+def print_worker_warnings(spec) -> None:
+    """The workers' warnings, once, summarised, with the log's path."""
+    from tuner_tui.engine.worker_log import summary_lines
+
+    for line in summary_lines(spec.log_path):
+        print(line)
 
 
 def describe_run(workload: dict, environment: dict) -> str:
@@ -566,6 +577,7 @@ def cmd_bench(args) -> int:
         print(line)
     if plan.profile_steps:
         print(table.format_profiles(results))
+    print_worker_warnings(plan.spec)
     top, verdict = runner.best(results), None
     if args.export and not interrupted:
         try:
@@ -639,6 +651,7 @@ def cmd_tune(args) -> int:
     where = " (in memory)" if store.in_memory else ""
     text = f"{describe_run(workload, environment)}; store {store.path}{where}\n{search.report(outcome)}"
     print("\n" + text)
+    print_worker_warnings(plan.spec)
     problems = write_tune_outputs(args, outcome, text, trainers)
     say_not_written(problems)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run

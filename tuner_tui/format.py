@@ -82,9 +82,12 @@ def si(value: float) -> str:
 
 
 def gib(num_bytes: int | float | None, unit: bool = True) -> str:
-    """Bytes as GiB with two decimals ("1.50 GiB"; "1.50" with unit=False, for table columns)."""
+    """Bytes as GiB with two decimals ("1.50 GiB"; "1.50" with unit=False, for table columns);
+    with the unit, under 1 GiB as `size` writes it ("14.9 MiB", not "0.01 GiB")."""
     if num_bytes is None:
         return "-"
+    if unit and abs(num_bytes) < 2**30:
+        return size(num_bytes)
     return f"{num_bytes / 2**30:.2f}" + (" GiB" if unit else "")
 
 

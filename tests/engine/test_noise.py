@@ -205,3 +205,30 @@ def test_the_reserve_counts_the_next_trial_and_its_re_measurement_beside_the_bes
     wall["c"] = 200.0  # two leaders whose re-measurement costs more than the guess
     assert remeasure.reserve_s([a, b, c], wall, 1) == 60.0 + 240.0
     assert remeasure.reserve_s([], wall, 1) == 0.0  # nothing fits yet: search on
+
+
+def test_a_measurement_goes_on_while_noisy_within_its_cap():
+    assert noise.adaptive_cap(20) == 20 * noise.ADAPTIVE_FACTOR
+    assert noise.adaptive_cap(20, 20) == 20 and noise.adaptive_cap(20, 5) == 20
+    quiet = [10.0, 10.1, 9.9, 10.0, 10.2, 9.8]
+    burst = [10.0, 10.1, 25.0, 30.0, 9.9, 28.0]
+    assert noise.settled(quiet) and not noise.settled(burst)
+    # A burst of load outvoted by the quiet steps after it: settled again.
+    assert noise.settled(burst + quiet * 3)
+    assert noise.times_spread([]) is None and noise.settled([])
+
+
+def test_an_early_stop_needs_several_steps_and_a_gap_beyond_the_combined_spread():
+    best_ms = 39.0
+    # One noisy reading among the first three (the "median 886.5 ms > 39.0 ms").
+    assert not noise.clearly_slower([40.0, 886.5, 900.0], best_ms, 0.02, min_steps=3)
+    # As fast as the best on a noisy host: its faster quarter is not slower beyond the spreads.
+    noisy_same = [30.0, 60.0, 38.0, 90.0, 41.0, 35.0, 80.0, 39.0]
+    assert not noise.clearly_slower(noisy_same, best_ms, 0.3)
+    # Twice as slow, steadily: stopped after STOP_MIN_STEPS steps, not before.
+    slow = [78.0, 79.0, 80.0, 81.0, 79.5, 80.5]
+    assert not noise.clearly_slower(slow[: noise.STOP_MIN_STEPS - 1], best_ms)
+    assert noise.clearly_slower(slow[: noise.STOP_MIN_STEPS], best_ms, 0.02)
+    # 3% slower with a 5% spread on both sides: a tie, not a stop.
+    near = [40.2, 40.0, 39.9, 40.4, 40.1, 40.3]
+    assert not noise.clearly_slower(near, best_ms, 0.05)

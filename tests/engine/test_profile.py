@@ -310,7 +310,8 @@ def _trial(workload, tmp_path=None, config=None, **trial):
 
 def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(tmp_path):
     trace = tmp_path / "traces" / "gpt2-tiny.json"
-    done = _trial("gpt2-tiny", steps=3, warmup_steps=2, profile_steps=2, trace_path=str(trace))
+    done = _trial("gpt2-tiny", steps=3, warmup_steps=2, max_steps=3, profile_steps=2,
+                  trace_path=str(trace))
     assert isinstance(done, P.TrialFinished)
     result = done.result
     assert result.status == "ok" and result.measured_steps == 3  # profiled steps not measured

@@ -51,13 +51,15 @@ async def test_dashboard_drives_the_real_worker(tmp_path):
         assert tuned.status == "ok" and tuned.tokens_per_s > 0
         assert app.session.change_vs_baseline(app.session.rows[1]) > 0
 
-        # Export the current configuration.
+        # Export: no row chosen, so the best (or the simpler of a tie), which the dialog names.
+        pick = app.leaderboard.standings.pick
         await pilot.press("e")
         await wait_for(pilot, lambda: isinstance(app.screen, ExportScreen))
+        assert f"run {pick.number}: {pick.result.label}" in app.screen.what
         app.screen.query_one("#export-path", Input).value = str(tmp_path / "gputune.toml")
         await pilot.press("enter")
         await wait_for(pilot, lambda: (tmp_path / "gputune.toml").exists())
-        assert strategies.load(tmp_path / "gputune.toml") == TuneConfig().replace(optimizer="foreach")
+        assert strategies.load(tmp_path / "gputune.toml") == pick.result.tune_config
 
         # SIGKILL the worker: noticed within 2 s, replaced, rows kept, last config re-applied.
         old = app.session.worker_pid

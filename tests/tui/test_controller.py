@@ -182,15 +182,19 @@ def test_the_search_walks_the_space_applies_the_best_and_stops_on_a_choice_by_ha
     assert h.screen.notes[-1][2].startswith("search stopped: baseline applied")
 
 
-def test_export_takes_the_chosen_row_else_the_current_run(tmp_path):
+def test_export_takes_the_chosen_row_else_the_best_and_says_which(tmp_path):
+    h = Harness()
+    what, exported = h.controller.export_target(None, TuneConfig())
+    assert what.startswith("current configuration: fp32") and "no row" in what  # nothing ran
     start = TuneConfig().replace(precision="bf16")
     h = Harness(start)
     h.start_worker()
     what, exported = h.controller.export_target(None, TuneConfig())
-    assert what == "current configuration: bf16" and exported.config == start
+    assert what.startswith("run 2: bf16 (ok): best: #2 bf16") and exported.config == start
+    assert "ahead of #1, beyond the" in what and exported.measured["verdict"] in what
     assert exported.measured["tokens_per_s"] > 0 and exported.workload == "gpt2-tiny"
     what, exported = h.controller.export_target(h.session.rows[0], TuneConfig())
-    assert what == "run 1: fp32 (ok)" and exported.config == TuneConfig()
+    assert what == "run 1: fp32 (ok): the selected row" and exported.config == TuneConfig()
     h.controller.write_export(exported, str(tmp_path / "base.json"), None)
     assert strategies.load(tmp_path / "base.json") == TuneConfig()
     assert h.screen.notes[-1][1] == "exported"

@@ -35,4 +35,4 @@ def test_the_peak_splits_into_parameters_gradients_state_and_the_rest():
 def test_before_the_parts_are_measured_the_panel_says_so():
     assert memory_split(None) is None
     text = _render(memory_table(_result(peak_memory_bytes=GiB), budget=None))
-    assert "parts come once the run is measured" in text
+    assert "peak 1 GiB; split after the measured steps" in text

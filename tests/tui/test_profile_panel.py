@@ -3,6 +3,8 @@ and what to try. The fake worker answers with a real recorded host-bound CPU pro
 
 from __future__ import annotations
 
+import pytest
+
 from recording import load_recording
 from screen_text import screen_text
 from tui_fakes import FakeSampler, FakeWorker, RecordedWorker, async_test, host_bound_profile, wait_for
@@ -40,7 +42,9 @@ async def test_x_profiles_the_current_run_and_the_panel_shows_the_verdict():
         await pilot.pause(0.1)
         (request,) = sent(workers[0], protocol.ProfileRun)
         assert request.trace_path is None
-        assert shown(app) and app.profile_panel.display and not app.config_view.display
+        # In the plots' place: the selected row's configuration stays on screen beside it.
+        assert shown(app) and app.profile_panel.display and app.config_view.display
+        assert not app.query_one("#plots").display
         text = screen_text(app)
         assert "where the step goes" in text and "run 1: fp32" in text
         assert "host-bound" in text and "of the step is spent outside" in text
@@ -88,7 +92,7 @@ def test_the_session_puts_a_profile_on_its_runs_row():
     session.apply(protocol.ProfileMeasured(7, profile), 0.0)  # a run with no row: ignored
     assert session.profiled == [1]
     session.apply(protocol.ProfileMeasured(1, {"error": "profile failed: boom"}), 0.0)
-    assert ("warning", "profile failed: boom") in session.logs
+    assert ("warning", "profile failed: boom", "worker") in session.logs
 
 
 class ProfilingRecordedWorker(RecordedWorker):
@@ -101,7 +105,8 @@ class ProfilingRecordedWorker(RecordedWorker):
             self._emit(protocol.ProfileMeasured(last.run_id, host_bound_profile(last.config.to_dict())))
 
 
-def test_profile_panel_snapshot(snap_compare):
+@pytest.mark.parametrize("size", [(160, 48), (120, 36), (80, 24)])
+def test_profile_panel_snapshot(snap_compare, size):
     events = load_recording()
     app = GputuneApp(lambda: ProfilingRecordedWorker(events),
                      sampler_factory=lambda: FakeSampler(gpu=True),
@@ -116,7 +121,7 @@ def test_profile_panel_snapshot(snap_compare):
         app.clear_notifications()
         await pilot.pause(0.1)
 
-    assert snap_compare(app, terminal_size=(160, 50), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 def _gpu_profile_with_matmuls() -> dict:
@@ -158,3 +163,11 @@ async def test_the_panel_shows_the_matmul_rate_against_its_peak_in_one_line():
         await pilot.pause()
         lines = [line.strip() for line in screen_text(app).splitlines() if "TFLOP/s" in line]
     assert lines == ["matmul: 458.1 TFLOP/s bf16 = 46% of peak"]
+
+
+def test_the_profilers_own_memory_is_said_apart_from_the_rows_peak():
+    from tuner_tui.app.widgets.profile_panel import facts
+
+    profile = dict(host_bound_profile({}), profiler_memory_bytes=70 << 20)
+    assert "the profiler's own memory: 70 MiB, not in the row's peak" in facts(profile).plain
+    assert "profiler's own" not in facts(host_bound_profile({})).plain

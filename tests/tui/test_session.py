@@ -102,16 +102,30 @@ def test_sorting_puts_unknown_figures_last_both_ways():
 
 
 def test_bucket_and_range():
-    assert bucket([1.0, 2.0, 3.0], 5) == [1.0, 2.0, 3.0]
-    assert bucket([1.0, 3.0, 5.0, 7.0], 2) == [2.0, 6.0]
-    assert math.isnan(bucket([math.nan, math.nan, 1.0, 1.0], 2)[0])
+    assert bucket([1.0, 2.0, 3.0], 5) == ([1.0, 2.0, 3.0], [True, True, True])
+    assert bucket([1.0, 3.0, 5.0, 7.0], 2)[0] == [2.0, 6.0]
+    assert math.isnan(bucket([math.nan, math.nan, 1.0, 1.0], 2)[0][0])
+    # A bucket with steady points averages those only; one without is marked unsteady.
+    assert bucket([90.0, 1.0, 2.0, 2.0], 2, [False, True, True, True]) == ([1.0, 2.0], [True, True])
+    assert bucket([90.0, 80.0, 2.0, 2.0], 2, [False, False, True, True]) == ([85.0, 2.0], [False, True])
     assert value_range([5.0, 10.0], zero_based=True)[0] == 0.0
     lo, hi = value_range([2.0, 2.0], zero_based=False)
     assert lo < 2.0 < hi
 
 
+def test_the_axis_scales_to_the_steady_steps_not_an_early_spike():
+    # The case: a 22.4k spike of the first steps over a steady 0.5-1.4k.
+    values = [22_400.0, 9_000.0, 800.0, 1_400.0, 500.0, 1_100.0]
+    steady = [False, False, True, True, True, True]
+    lo, hi = value_range(values, zero_based=True, steady=steady)
+    assert lo == 0.0 and 1_400.0 < hi < 1_500.0
+    cells, clipped = braille_lines(values, width=3, height=2, lo=lo, hi=hi)
+    assert (0, 0) in clipped  # the spike is drawn at the top edge, marked
+    assert value_range(values[:2], zero_based=True, steady=steady[:2])[1] > 22_400.0  # none steady
+
+
 def test_braille_line_is_continuous_and_skips_nan():
-    cells = braille_lines([0.0, 1.0, math.nan, 0.0], width=2, height=1, lo=0.0, hi=1.0)
+    cells, _ = braille_lines([0.0, 1.0, math.nan, 0.0], width=2, height=1, lo=0.0, hi=1.0)
     # Column 0: a rise from bottom to top fills the whole second dot column.
     assert cells[0][0] & 0x80 and cells[0][0] & 0x08
     # After the NaN, the last point stands alone at the bottom of column 1, right dot column.
@@ -127,15 +141,43 @@ def test_formats():
     assert bar(0.5, 4).plain == "██░░" and bar(None, 3).plain == "···"
 
 
-def test_the_step_that_compiled_is_not_plotted():
+def test_the_step_that_compiled_and_the_warm_up_are_plotted_but_not_steady():
     s = Session()
-    s.apply(protocol.RunStarted(1, TuneConfig(), "compile", 8), 0.0)
-    s.apply(protocol.CompileStarted(1), 0.0)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "compile", 8, warmup_steps=2), 0.0)
+    s.apply(protocol.CompileStarted(1, "torch.compile"), 0.0)
+    assert s.compile_what == "torch.compile"
     s.apply(protocol.StepMeasured(1, 0, 15000.0, 1.0, 3.0, None, 1, 2, 0.0), 15.0)
     s.apply(protocol.CompileFinished(1, 15.0), 15.0)
-    s.apply(step(1, 1), 15.1)
-    assert list(s.step_ms.values) == [8.0]
-    assert s.last_step.step == 1
+    for i in (1, 2, 3):
+        s.apply(step(1, i), 15.1)
+    assert list(s.step_ms.values) == [15000.0, 8.0, 8.0, 8.0]
+    assert list(s.step_ms.steady) == [False, False, True, True]
+    assert s.last_step.step == 3 and s.run_times == [8.0, 8.0]
+
+
+def test_the_panel_and_the_leaderboard_share_the_rate_the_change_and_the_peak():
+    s = Session()
+    s.worker_started(7)
+    s.apply(ready(), 0.0)
+    base = protocol.TrialResult(config=TuneConfig().to_dict(), label="fp32", status="ok",
+                                tokens_per_s=1000.0, peak_memory_bytes=16 << 20)
+    s.apply(protocol.RunStarted(1, TuneConfig(), "fp32", 8, warmup_steps=1), 0.0)
+    s.apply(protocol.TrialFinished(1, base), 0.0)
+    s.apply(protocol.RunStarted(2, TuneConfig(), "bf16", 8, warmup_steps=1), 0.0)
+    for i, tokens in enumerate((9000.0, 640.0, 660.0, 650.0)):  # a fast outlier in the warm-up
+        s.apply(protocol.StepMeasured(2, i, 8.0, tokens, 3.0, None, 1, 20 << 20, 0.0), 0.0)
+    rate, measured = s.current_rate()
+    assert (rate, measured) == (650.0, False) and s.change(rate) == 0.65
+    assert s.current_peak() == (20 << 20, False)
+    tuned = protocol.TrialResult(config=TuneConfig().to_dict(), label="bf16", status="ok",
+                                 tokens_per_s=640.0, peak_memory_bytes=16 << 20,
+                                 peak_reserved_bytes=18 << 20)
+    s.apply(protocol.TrialFinished(2, tuned), 0.0)
+    # After the row: its figures, whatever later steps (a profile's own buffers) report.
+    s.apply(protocol.StepMeasured(2, 9, 8.0, 700.0, 3.0, None, 1, 90 << 20, 0.0), 0.0)
+    assert s.current_rate() == (640.0, True)
+    assert s.change(640.0) == s.change_vs_baseline(s.rows[1]) == 0.64
+    assert s.current_peak() == (18 << 20, True)  # the larger of allocated and reserved
 
 
 def test_screenshot_tool_parses_configurations():

@@ -36,11 +36,11 @@ async def settle(pilot) -> None:
 
 
 def test_main_screen(snap_compare):
-    assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=settle)
+    assert snap_compare(recorded_app(), terminal_size=(160, 48), run_before=settle)
 
 
-def test_main_screen_small_terminal_without_gpu(snap_compare):
-    assert snap_compare(recorded_app(gpu=False), terminal_size=(120, 40), run_before=settle)
+def test_main_screen_120x36_without_gpu(snap_compare):
+    assert snap_compare(recorded_app(gpu=False), terminal_size=(120, 36), run_before=settle)
 
 
 def test_leaderboard_sorted_with_a_row_chosen(snap_compare):

@@ -1,5 +1,6 @@
-"""`gputune --device cpu` in a real terminal (tmux): figures appear, keys work, export writes a
-file that loads, `q` quits and leaves no process behind."""
+"""`gputune --device cpu` in a real terminal (tmux): figures appear at 160x48, 120x36 and 80x24
+with no library warning over them, keys work, export writes a file that loads, `q` quits and
+leaves no process behind."""
 
 from __future__ import annotations
 
@@ -44,6 +45,20 @@ def wait_screen(session: str, predicate, timeout: float, what: str) -> str:
     raise AssertionError(f"{what} did not appear within {timeout}s; the {size.strip()} screen was:\n{screen}")
 
 
+NOT_ON_SCREEN = ("Warning", "W1", "Failed to load", "Traceback")
+"""What a worker or a library printed would look like over the dashboard."""
+
+
+def assert_clean(screen: str, where: str) -> None:
+    for line in screen.splitlines():
+        for word in NOT_ON_SCREEN:
+            assert word not in line, f"{word!r} on the screen at {where}:\n{screen}"
+
+
+def resize(session: str, width: int, height: int) -> None:
+    tmux("resize-window", "-t", session, "-x", str(width), "-y", str(height))
+
+
 def family(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
@@ -57,14 +72,27 @@ def test_gputune_in_a_terminal(tmp_path):
         pytest.skip(f"{GPUTUNE} is not installed (pip install -e .)")
     session = f"gputune-test-{time.monotonic_ns()}"
     command = f"unset COLUMNS LINES; cd {tmp_path} && exec {GPUTUNE} --device cpu --workload gpt2-tiny"
-    tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", command)
+    tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "48", command)
     seen: dict[int, psutil.Process] = {}
     try:
         pane_pid = int(tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip())
         # The baseline's leaderboard row: measured figures are on screen.
-        wait_screen(session, lambda s: " ok " in s and "×1.00" in s, 240, "the baseline row")
+        screen = wait_screen(session, lambda s: " ok " in s and "×1.00" in s, 240, "the baseline row")
         seen.update({p.pid: p for p in family(pane_pid)})
         assert len(seen) >= 2, "expected gputune and its worker process"
+        assert_clean(screen, "160x48")
+
+        # The profile's verdict, then the same at 120x36 and 80x24: the current figures, the
+        # leaderboard's status column and the verdict stay on screen.
+        tmux("send-keys", "-t", session, "x")
+        screen = wait_screen(session, lambda s: "-bound" in s, 120, "the profile's verdict")
+        assert_clean(screen, "160x48 after x")
+        for width, height in ((120, 36), (80, 24)):
+            resize(session, width, height)
+            screen = wait_screen(
+                session, lambda s: "tokens/s " in s and "status" in s and " ok " in s
+                and "-bound" in s and "×1.00" in s, 20, f"the figures at {width}x{height}")
+            assert_clean(screen, f"{width}x{height}")
 
         tmux("send-keys", "-t", session, "p")
         wait_screen(session, lambda s: "paused" in s, 20, "the paused state")

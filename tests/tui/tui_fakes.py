@@ -64,9 +64,12 @@ class FakeWorker:
     """An event source with the real worker's manners. `fail` maps a precision to a failure kind
     (e.g. {"fp16": "diverged"}, or "numerics": it runs but fails the gradient gate) to script faults; `kill()` makes it die like a SIGKILLed process."""
 
-    def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None):
+    def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None,
+                 spread: float = 0.01):
         self.caps = caps
         self.steps = steps
+        self.spread = spread
+        """Half the interquartile range of the step times its results report, relative."""
         self._pid = pid
         self.fail = fail or {}
         self.events: collections.deque = collections.deque()
@@ -143,7 +146,7 @@ class FakeWorker:
         result = protocol.TrialResult(
             config=c.to_dict(), label=c.label(), status=kind or "ok", workload="gpt2-tiny", device=self.caps.device,
             batch_size=8, sequence_length=128, tokens_per_s=speed, samples_per_s=speed / 128, step_ms=step_ms,
-            step_ms_q1=step_ms * 0.99, step_ms_q3=step_ms * 1.012,
+            step_ms_q1=step_ms * (1 - self.spread), step_ms_q3=step_ms * (1 + 1.2 * self.spread),
             mfu=0.012 * speed / 10_000, mfu_peak_tflops=2.0, mfu_peak_source="cpu probe",
             peak_memory_bytes=(80 << 20), compile_s=compile_s or 0.05, measured_steps=20,
             loss_ok=True, loss_max_rel_error=0.001, loss_tolerance=0.01, grad_ok=kind != "numerics",

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def run_dashboard(spec: "WorkerSpec", start_config: "TuneConfig | None" = None,
                   memory_budget: int | None = None) -> int:
-    from tuner_tui.app.app import run_dashboard as _run
+    from tuner_tui.app.run import run_dashboard as _run
 
     return _run(spec, start_config, memory_budget)
 

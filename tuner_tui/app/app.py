@@ -15,23 +15,28 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
 from strategies.config import ConfigError, ExportedConfig, TuneConfig
 from tuner_tui import format as fmt
+from tuner_tui.app import layout
 from tuner_tui.app.controller import Controller
+from tuner_tui.app.palette import palette_commands
 from tuner_tui.app.reader import EventReader, EventSource, EventsReady, WorkerExited, WorkerStarted
 from tuner_tui.app.screens.export import ExportRequest, ExportScreen
 from tuner_tui.app.screens.help import HelpScreen
-from tuner_tui.app.screens.history import HistoryScreen
+from tuner_tui.app.screens.history import HistoryScreen, load_history
+from tuner_tui.app.screens.log import LogScreen
 from tuner_tui.app.session import Row, Session
+from tuner_tui.app.store_writer import StoreWriter
 from tuner_tui.app.widgets.config_view import ConfigView
 from tuner_tui.app.widgets.figures import CurrentFigures
 from tuner_tui.app.widgets.gpu_panel import GpuPanel
@@ -65,27 +70,33 @@ def _default_sampler():
 class GputuneApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "gputune"
-    # Below these sizes the screen gets -narrow / -short and app.tcss drops the plots and the
-    # configuration panel, so an 80x24 terminal still shows the figures and the leaderboard.
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
 
+    # The footer holds what fits in 80 columns; the others are in the help (?) and the palette.
     BINDINGS = [
         Binding("a", "apply", "Apply"),
         Binding("p", "toggle_pause", "Pause"),
-        Binding("r", "reapply", "Re-apply"),
+        Binding("r", "reapply", "Re-apply", show=False),
         Binding("e", "export", "Export"),
         Binding("s", "sort", "Sort", show=False),
         Binding("t", "search", "Search"),
-        Binding("h", "history", "History", show=False),  # in help and the palette: 80 columns
+        Binding("h", "history", "History", show=False),
         Binding("x", "profile", "Profile"),
         Binding("X", "profile(True)", "Profile + trace", show=False),
+        Binding("v", "next_view", "View"),
+        Binding("l", "log", "Log"),
         Binding("b", "baseline", "Baseline", show=False),
         Binding("ctrl+r", "restart_worker", "Restart worker", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
+
+    layout_mode: reactive[str] = reactive(layout.FULL, init=False)
+    """full, medium or compact (layout.py): a class on the app that app.tcss lays out by."""
+    view: reactive[str] = reactive("plots", init=False)
+    """The compact layout's view beside the figures (layout.VIEWS)."""
+    profile_shown: reactive[bool] = reactive(False, init=False)
+    """The profile in the plots' place (in the compact layout: the profile view)."""
 
     def __init__(
         self,
@@ -99,7 +110,12 @@ class GputuneApp(App[int]):
         telemetry_interval: float = TELEMETRY_S,
         measure_steps: int = 20,
         memory_budget: int | None = None,
+        log_path: str | None = None,
+        record: bool = False,
     ) -> None:
+        """`log_path`: the worker's log file, named in the log view. `record`: keep the rows in
+        the result store, for `h` here and for bench and tune (the real dashboard does; tests
+        leave the user's store alone)."""
         super().__init__()
         self.source_factory = source_factory
         self.start_config = start_config
@@ -110,7 +126,11 @@ class GputuneApp(App[int]):
         self.memory_budget = memory_budget
         """The memory budget the memory panel measures the peak against (--max-memory)."""
         self.sub_title = subtitle
-        self.session = Session()
+        self.session = Session(clock=clock, log_path=log_path or "")
+        self.record = record
+        self._store: StoreWriter | None = None
+        self._recorded: dict[int, int] = {}
+        self._view_before_profile = "plots"
         self.controller = Controller(self.session, self, start_config, measure_steps=measure_steps)
         """Decides what the worker runs next; this class composes widgets and forwards to it."""
         self.reader: EventReader | None = None
@@ -128,14 +148,15 @@ class GputuneApp(App[int]):
                 yield TimeSeriesPlot("tokens/s", fmt.rate, id="plot-throughput", color="green")
                 yield TimeSeriesPlot("step ms", fmt.milliseconds, id="plot-step", color="cyan")
                 yield TimeSeriesPlot("loss", fmt.loss, id="plot-loss", color="magenta", zero_based=False)
-            with Vertical(id="side"):
+            yield ProfilePanel(id="profile")
+            with Vertical(id="right"):
                 yield CurrentFigures(id="figures")
-                yield MemoryPanel(id="memory")
-                yield GpuPanel(id="gpu")
-                yield HostPanel(id="host")
+                with VerticalScroll(id="system"):
+                    yield MemoryPanel(id="memory")
+                    yield GpuPanel(id="gpu")
+                    yield HostPanel(id="host")
         with Horizontal(id="bottom"):
             yield Leaderboard(id="leaderboard")
-            yield ProfilePanel(id="profile")
             yield ConfigView(id="config-view")
         yield Footer(show_command_palette=False)
 
@@ -164,6 +185,13 @@ class GputuneApp(App[int]):
         self.query_one("#leaderboard").border_title = "leaderboard"
         self.query_one("#config-view").border_title = "configuration"
         self.config_view.show(None)
+        self.query_one("#system").can_focus = False
+        self._set_layout(self.size.width, self.size.height)
+        self.watch_layout_mode(self.layout_mode)  # (a reactive's first value calls no watcher)
+        self.set_class(True, f"-view-{self.view}")
+        if self.record:
+            self._store = StoreWriter(
+                lambda problem: self.session.log("warning", problem, "store"))
         self.reader = EventReader(self.source_factory, self.post_message, self.auto_restart)
         self.reader.start()
         self.set_interval(REFRESH_S, self.refresh_live)
@@ -177,6 +205,57 @@ class GputuneApp(App[int]):
         self._telemetry_stop.set()
         if self.reader is not None:
             self.reader.close()
+        if self._store is not None:
+            self._store.close()
+
+    # -- layout by size (layout.py, app.tcss) ----------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        self._set_layout(event.size.width, event.size.height)
+
+    def _set_layout(self, width: int, height: int) -> None:
+        self.layout_mode = layout.layout_for(width, height)
+
+    def watch_layout_mode(self, mode: str) -> None:
+        for name in layout.LAYOUTS:
+            self.set_class(name == mode, f"-{name}")
+        self.refresh_bindings()
+        self._title_views()
+
+    def watch_view(self, old: str, new: str) -> None:
+        self.set_class(False, f"-view-{old}")
+        self.set_class(True, f"-view-{new}")
+        self._title_views()
+
+    def watch_profile_shown(self, shown: bool) -> None:
+        self.set_class(shown, "-profiling")
+        if shown and self.view != "profile":
+            self._view_before_profile = self.view
+            self.view = "profile"
+        elif not shown and self.view == "profile":
+            self.view = self._view_before_profile
+
+    def _title_views(self) -> None:
+        """In the compact layout the figures' panel names the view beside it and the key."""
+        if not self.is_mounted:
+            return
+        figures = self.query_one("#figures")
+        figures.border_subtitle = (f"v: {layout.VIEW_TITLES[layout.next_view(self.view, self._has_profile())]} →"
+                                   if self.layout_mode == layout.COMPACT else "")
+
+    def _has_profile(self) -> bool:
+        return bool(self.session.profiled or self.session.profile_note or self.profile_shown)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "next_view" and self.layout_mode != layout.COMPACT:
+            return False  # nothing to switch: every panel is on screen
+        return True
+
+    def action_next_view(self) -> None:
+        """The next view beside the figures (compact layout)."""
+        new = layout.next_view(self.view, self._has_profile())
+        if new == "profile" or self.view == "profile":
+            self.profile_shown = new == "profile"
+        self.view = new
 
     # -- telemetry thread ------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="telemetry", exit_on_error=False, name="telemetry")
@@ -208,6 +287,19 @@ class GputuneApp(App[int]):
         self.leaderboard.show(self.session)
         if len(self.session.rows) != rows_before or not self._row_chosen:
             self.show_selected_row()
+        self._record_rows()
+
+    def _record_rows(self) -> None:
+        """New and changed rows into the result store (`h` lists them)."""
+        if self._store is None:
+            return
+        source = "dashboard search" if self.controller.search is not None else "dashboard"
+        for row in self.session.rows:
+            if self._recorded.get(row.number) != id(row.result) and row.result.status != "crash":
+                self._recorded[row.number] = id(row.result)
+                self._store.record(row.result, self.session.environment, self.session.workload,
+                                   self.controller.measure_steps, self.session.warmup_steps,
+                                   source)
 
     def _react(self, event: Any) -> None:
         """What the screen shows about an event beyond the session; then the controller acts."""
@@ -275,9 +367,10 @@ class GputuneApp(App[int]):
         self.plots["throughput"].title = f"{session.item_name}/s"
         dropped = session.throughput.dropped
         markers = [(m.position - dropped, m.number) for m in session.markers if m.position >= dropped]
-        self.plots["throughput"].set_data(session.throughput.values, markers)
-        self.plots["step"].set_data(session.step_ms.values, markers)
-        self.plots["loss"].set_data(session.loss.values, markers)
+        steady = session.throughput.steady
+        self.plots["throughput"].set_data(session.throughput.values, markers, steady)
+        self.plots["step"].set_data(session.step_ms.values, markers, steady)
+        self.plots["loss"].set_data(session.loss.values, markers, steady)
 
     # -- leaderboard selection -------------------------------------------------------------------
     def _selected_row(self) -> Row | None:
@@ -354,7 +447,8 @@ class GputuneApp(App[int]):
         return self.controller.export_target(row, self.toggles.applied)
 
     def action_export(self) -> None:
-        """Export the chosen leaderboard row, else the current configuration."""
+        """Export the chosen leaderboard row, else the best (of a tie, the simpler), else the
+        current configuration; the dialog says which."""
         try:
             what, exported = self.export_target()
         except ConfigError as exc:
@@ -382,24 +476,20 @@ class GputuneApp(App[int]):
     @work(thread=True, exclusive=True, group="history", exit_on_error=False)
     def _load_history(self, environment: dict, description: dict) -> None:
         """Reads the result store in a thread (SQLite may wait on a writer's lock)."""
-        trials, problem, workload = [], "", ""
-        try:
-            from tuner_tui.engine.store import ResultStore, StoreError, workload_key
-
-            workload = workload_key(description) if description.get("name") else ""
-            try:
-                with ResultStore() as store:
-                    trials = store.past(environment, workload or None, limit=500)
-            except StoreError as exc:
-                problem = str(exc)
-        except ImportError as exc:
-            problem = f"no result store: {exc}"
-        where = f"{self.session.capabilities.gpu_name or self.session.capabilities.device}, {workload}"
+        caps = self.session.capabilities
+        trials, workload, problem = load_history(environment, description)
+        where = f"{caps.gpu_name or caps.device}, {workload}"
         self.call_from_thread(self._show_history, trials, where, problem)
 
     def _show_history(self, trials: list, where: str, problem: str) -> None:
         if not isinstance(self.screen, HistoryScreen):
-            self.push_screen(HistoryScreen(trials, where, problem), self.controller.reapply_past)
+            self.push_screen(HistoryScreen(trials, where, problem, self.session.item_name),
+                             self.controller.reapply_past)
+
+    # -- log -------------------------------------------------------------------------------------
+    def action_log(self) -> None:
+        if not isinstance(self.screen, LogScreen):
+            self.push_screen(LogScreen(self.session))
 
     # -- help, palette, quit ---------------------------------------------------------------------
     def action_help(self) -> None:
@@ -408,19 +498,7 @@ class GputuneApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Apply options", "Send the options panel's configuration to the worker", self.action_apply)
-        yield SystemCommand("Pause / resume training", "Pause the worker, or resume it", self.action_toggle_pause)
-        yield SystemCommand("Re-apply selected row", "Apply the configuration of the selected leaderboard row", self.action_reapply)
-        yield SystemCommand("Export configuration", "Write the selected row (or the current configuration) to TOML or JSON", self.action_export)
-        yield SystemCommand("Sort leaderboard", "Sort by the next column: #, tokens/s, step ms, memory, compile", self.action_sort)
-        yield SystemCommand("Apply baseline", "Apply the default configuration (fp32, eager)", self.action_baseline)
-        yield SystemCommand("Restart worker", "Stop the worker process and start a new one", self.action_restart_worker)
-        yield SystemCommand("Search", "Start (or stop) the automatic search: gputune tune's stages, trial by trial on this run", self.action_search)
-        yield SystemCommand("History", "Configurations measured before on this machine (result store)", self.action_history)
-        yield SystemCommand("Profile", "Where the step's time goes in the selected row (or the current run), and what to try", self.action_profile)
-        yield SystemCommand("Profile and write a trace", "The profile, and its Chrome/Perfetto trace under gputune-traces/", lambda: self.action_profile(True))
-        yield SystemCommand("Help", "What the panels show and the keys", self.action_help)
-        yield SystemCommand("Quit gputune", "Stop the worker and exit", self.action_quit)
+        yield from palette_commands(self)
 
     async def action_quit(self) -> None:
         if self._quitting:
@@ -436,48 +514,3 @@ class GputuneApp(App[int]):
         if self.reader is not None:
             self.reader.close()
         self.call_from_thread(self.exit, 0)
-
-
-EXIT_GRACE_S = 5.0
-"""After SIGTERM or SIGHUP, how long the app may take to exit in order before it is ended."""
-
-
-def run_dashboard(spec: Any, start_config: TuneConfig | None = None,
-                  memory_budget: int | None = None) -> int:
-    """Open the dashboard on a worker built from `spec` (a `WorkerSpec`); returns the exit code."""
-    import os
-    import signal
-
-    from tuner_tui.engine.client import WorkerClient
-
-    subtitle = f"{spec.workload} · {spec.device}"
-    app = GputuneApp(lambda: WorkerClient(spec), start_config, subtitle=subtitle,
-                     memory_budget=memory_budget)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        # Runs in the main thread between bytecodes; exit through the app's loop.
-        app.call_later(app.exit, 0)
-        if not forced.is_set():
-            forced.set()
-            threading.Thread(target=exit_if_stuck, args=(signum,), daemon=True).start()
-
-    def exit_if_stuck(signum: int) -> None:
-        """A closed terminal can leave the app unable to finish its orderly exit (seen: still
-        alive, with its worker, 40 s after SIGHUP). After a grace period the worker is stopped
-        from here and the process ends, so nothing is left behind."""
-        time.sleep(EXIT_GRACE_S)
-        if app.reader is not None:
-            app.reader.close(timeout=2.0)
-        os._exit(128 + signum)
-
-    forced = threading.Event()
-
-    previous = {s: signal.signal(s, on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        code = app.run()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if app.reader is not None:
-            app.reader.close()
-    return 0 if code is None else int(code)

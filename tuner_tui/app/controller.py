@@ -16,7 +16,9 @@ from strategies.config import ConfigError, ExportedConfig, TuneConfig, save
 from tuner_tui import format as fmt
 from tuner_tui.app.search import LiveSearch
 from tuner_tui.app.session import Row, Session
+from tuner_tui.app.standings import Standing, standing
 from tuner_tui.engine import protocol
+from tuner_tui.engine.noise import noise_warning, spread, tie_gap
 
 CRASHES_BEFORE_BASELINE = 2
 """A configuration that killed the worker this many times is not re-applied after a restart."""
@@ -52,6 +54,7 @@ class Controller:
         self.controls = controls
         self.start_config = start_config
         self.measure_steps = measure_steps
+        session.measure_steps = measure_steps
         """Steps measured after warm-up before a run gets its leaderboard row."""
         self.search_factory = search_factory
         self.baseline_config = TuneConfig()
@@ -117,18 +120,19 @@ class Controller:
         if isinstance(event, protocol.WorkerReady):
             self._worker_ready()
         elif isinstance(event, protocol.TrialFinished):
+            # The row says it; no notice over the panels.
             result = event.result
-            self.controls.notify(
-                f"{result.label}: {fmt.rate(result.tokens_per_s)} {self.session.item_name}/s, "
-                f"{fmt.milliseconds(result.step_ms)} ms/step",
-                title="measured",
-                timeout=4,
-            )
+            self.session.log("info", f"measured {result.label}: {fmt.rate(result.tokens_per_s)} "
+                             f"{self.session.item_name}/s, {fmt.milliseconds(result.step_ms)} ms/step "
+                             f"{fmt.spread(spread(result))} over {result.measured_steps} steps")
             self._after_trial()
         elif isinstance(event, protocol.RunFailed):
             self.controls.notify(event.message or event.kind, title=f"run failed: {event.kind}", severity="error", timeout=10)
             self._after_trial()
-        elif isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error"):
+        elif (isinstance(event, protocol.WorkerLog) and event.level in ("warning", "error")
+              and not event.source):
+            # The worker's own word (a reference that does not fit, a failed profile); the
+            # libraries' warnings go to the log view only (key l).
             self.controls.notify(event.text, severity="warning" if event.level == "warning" else "error")
 
     def _worker_ready(self) -> None:
@@ -220,55 +224,92 @@ class Controller:
     def _finish_search(self) -> None:
         search, self.search = self.search, None
         self.session.search_note = ""
-        if search is None or search.best is None:
+        standings = standing(self.session.rows)
+        pick = standings.pick
+        if search is None or search.best is None or pick is None:
             self.controls.notify("search over: no configuration ran", title="search", severity="warning")
             return
-        base = self.session.baseline
-        factor = (
-            f" ({fmt.speedup(search.best_tokens / base.result.tokens_per_s)} baseline)"
-            if base and base.result.tokens_per_s else ""
-        )
-        self.controls.notify(
-            f"best: {search.best.label()} at {fmt.rate(search.best_tokens)} {self.session.item_name}/s{factor}; "
-            "applied. e exports it.",
-            title="search over",
-            timeout=15,
-        )
+        config = pick.result.tune_config
+        self.controls.notify(f"{self.verdict(standings)}; applied. e exports it.",
+                             title="search over", timeout=15)
         self.controls.show_search_result()
-        self.controls.show_config(search.best)
-        if TuneConfig.from_dict(self.session.run_config or {}) != search.best:
-            self.apply(search.best)
+        self.controls.show_config(config)
+        if TuneConfig.from_dict(self.session.run_config or {}) != config:
+            self.apply(config)
+
+    def verdict(self, standings: Standing) -> str:
+        """The standing in words: a best only when its lead is larger than the noise; a tie
+        (won by the simpler configuration) otherwise."""
+        item = self.session.item_name
+        pick = standings.pick
+        if pick is None:
+            return "nothing measured yet"
+        rate = f"{fmt.rate(pick.result.tokens_per_s)} {item}/s"
+        change = self.session.change_vs_baseline(pick)
+        factor = f" ({fmt.speedup(change)} baseline)" if change is not None else ""
+        if standings.is_tie():
+            rest = [f"#{r.number}" for r in standings.tied if r is not pick]
+            others = ", ".join(rest[:3]) + (f" and {len(rest) - 3} more" if len(rest) > 3 else "")
+            baseline = self.session.baseline
+            within_base = baseline in standings.tied and baseline is not None
+            head = ("no configuration is faster than the baseline beyond the spread: "
+                    if within_base and pick is baseline else "")
+            return (f"{head}tie: #{pick.number} {pick.result.label} {rate}{factor} and {others} "
+                    "lie within their spread; the simpler is kept")
+        if standings.best is None:
+            return f"#{pick.number} {pick.result.label} {rate}{factor}, the only row measured"
+        other = standings.runner_up
+        gap = tie_gap(spread(pick.result) or 0.0, spread(other.result) or 0.0)
+        return (f"best: #{pick.number} {pick.result.label} {rate}{factor}, {standings.lead:.0%} "
+                f"ahead of #{other.number}, beyond the ±{gap:.1%} spread")
 
     def stop_search(self, why: str) -> None:
         if self.search is None:
             return
-        best = self.search.best
         self.search = None
         self.session.search_note = ""
-        tail = f"; best so far: {best.label()}" if best is not None else ""
+        standings = standing(self.session.rows)
+        if standings.best is not None:
+            tail = f"; best so far: {standings.best.result.label}"
+        elif standings.is_tie():
+            tail = "; no best so far: " + ", ".join(f"#{r.number}" for r in standings.tied) + \
+                " tie within their spread"
+        else:
+            tail = ""
         self.controls.notify(f"search {why}{tail}", title="search")
 
     # -- export and history ----------------------------------------------------------------------
     def export_target(self, row: Row | None, shown: TuneConfig) -> tuple[str, ExportedConfig]:
-        """What `e` exports: `row` (the chosen leaderboard row), else the current run's
-        configuration (or the last requested, else `shown`, the options panel's applied one),
-        unless that failed the gradient gate (status numerics): then the fastest row that passed.
-        Raises ConfigError when the row's configuration does not parse."""
+        """What `e` exports: `row` (the chosen leaderboard row), else the best row (of a tie,
+        the simpler: standings.py) that ran and passed the loss and gradient checks, else the
+        current configuration (or the last requested, else `shown`, the options panel's
+        applied one). The description says which and why; the file's [measured] table keeps
+        the verdict, and "noisy" where the row was. Raises ConfigError when the row's
+        configuration does not parse."""
         environment = dict(self.session.environment)
         workload = str(self.session.workload.get("name", ""))
-        if row is None and getattr(self.session.current_result(), "status", "") == "numerics":
-            row = self.session.fastest_passed_row()
+        standings = standing(self.session.rows)
+        why = "the selected row"
+        if row is None and standings.pick is not None:
+            row = standings.pick
+            why = self.verdict(standings)
         if row is not None:
             config = row.result.tune_config
-            what = f"run {row.number}: {row.result.label} ({row.result.status})"
-            return what, ExportedConfig(config, row.result.measured(), environment, workload)
+            measured = row.result.measured()
+            if row is standings.pick:
+                measured["verdict"] = self.verdict(standings)
+            if noise_warning(row.result):
+                measured["noise"] = noise_warning(row.result)
+            what = f"run {row.number}: {row.result.label} ({row.result.status}): {why}"
+            return what, ExportedConfig(config, measured, environment, workload)
         if self.session.run_config:
             config = TuneConfig.from_dict(self.session.run_config)
         else:
             config = self.last_requested or shown
         result = self.session.current_result()
         measured = result.measured() if result is not None else {}
-        return f"current configuration: {config.label()}", ExportedConfig(config, measured, environment, workload)
+        return (f"current configuration: {config.label()} (no row has passed its checks yet)",
+                ExportedConfig(config, measured, environment, workload))
 
     def write_export(self, exported: ExportedConfig, path: str, fmt_name: str | None) -> None:
         try:
@@ -277,6 +318,7 @@ class Controller:
             self.controls.notify(str(exc), title="export failed", severity="error", timeout=10)
             return
         self.controls.notify(f"{exported.config.label()} → {written.resolve()}", title="exported", timeout=8)
+        self.session.log("info", f"exported {exported.config.label()} to {written.resolve()}")
 
     def reapply_row(self, row: Row | None) -> None:
         if row is None:

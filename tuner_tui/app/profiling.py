@@ -16,12 +16,12 @@ TRACE_DIR = "gputune-traces"
 
 
 def shown(app: Any) -> bool:
-    return app.query_one("#bottom").has_class("-profiling")
+    return app.profile_shown
 
 
 def set_shown(app: Any, shown: bool) -> None:
-    """The profile panel in the configuration's place (app.tcss), or the configuration back."""
-    app.query_one("#bottom").set_class(shown, "-profiling")
+    """The profile panel in the plots' place (in the compact layout: its view), or back."""
+    app.profile_shown = shown
 
 
 def request_profile(app: Any, trace: bool) -> None:
@@ -59,7 +59,8 @@ def request_profile(app: Any, trace: bool) -> None:
     session.profile_note = f"profiling {what} after its measured steps…"
     set_shown(app, True)
     app.show_selected_row()
-    app.notify(session.profile_note + (f"\ntrace: {path}" if path else ""), timeout=5)
+    # The panel says it; no notice over the leaderboard.
+    session.log("info", session.profile_note + (f" trace: {path}" if path else ""))
 
 
 def show_profile(app: Any, row: Any) -> None:
@@ -75,7 +76,6 @@ def show_profile(app: Any, row: Any) -> None:
 def profile_arrived(app: Any, event: protocol.ProfileMeasured) -> None:
     profile = event.profile
     if profile.get("categories"):
-        app.notify(f"{profile['bottleneck']}-bound: {profile['evidence']}", title="profiled",
-                   timeout=8)
+        app.session.log("info", f"profiled: {profile['bottleneck']}-bound: {profile['evidence']}")
     set_shown(app, True)
     show_profile(app, app.session.row_for_run(event.run_id))

@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     from tuner_tui.engine.client import WorkerClient
     from tuner_tui.engine.protocol import WorkerSpec
 
-    spec = WorkerSpec(workload=args.workload, device=args.device)
+    from tuner_tui.engine.worker_log import new_run_log
+
+    spec = WorkerSpec(workload=args.workload, device=args.device,
+                      log_path=str(new_run_log("screenshot")))
     app = GputuneApp(lambda: WorkerClient(spec), subtitle=f"{spec.workload} · {spec.device}",
-                     memory_budget=budget)
+                     memory_budget=budget, log_path=spec.log_path)
     wanted = 1 + len(configs)
     outcome = {"code": 0}
 

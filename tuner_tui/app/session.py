@@ -8,32 +8,49 @@ testable without an app, and lets a recorded event list rebuild the same screen.
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol
+from tuner_tui.engine.noise import adaptive_cap
+from tuner_tui.engine.protocol import measured_peak
 
 SERIES_CAPACITY = 4096
 """Steps kept for the plots; older ones scroll out."""
 
-LOG_CAPACITY = 200
+LOG_CAPACITY = 1000
+
+
+class LogLine(NamedTuple):
+    """A line of the log view (key l)."""
+
+    level: str
+    """info, warning or error."""
+    text: str
+    source: str = "worker"
+    """Who said it: the worker, the dashboard, or a library (torch, torchao, transformers...)."""
 
 
 class Series:
-    """Values indexed by a session-wide step counter; keeps the last `capacity` of them."""
+    """Values indexed by a session-wide step counter; keeps the last `capacity` of them, each
+    marked steady or not (the first step and the warm-up: plotted, left out of the scale)."""
 
     def __init__(self, capacity: int = SERIES_CAPACITY) -> None:
         self.values: deque[float] = deque(maxlen=capacity)
+        self.steady: deque[bool] = deque(maxlen=capacity)
         self.dropped = 0
         """How many values scrolled out; value i is step `dropped + i`."""
 
-    def append(self, value: float) -> None:
+    def append(self, value: float, steady: bool = True) -> None:
         if len(self.values) == self.values.maxlen:
             self.dropped += 1
         self.values.append(value)
+        self.steady.append(steady)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -85,6 +102,10 @@ class Session:
     """Everything the panels show, built from worker events (and a few app-level facts)."""
 
     capabilities: Capabilities | None = None
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    """Monotonic seconds: the app's clock, fixed in tests."""
+    measure_steps: int = 20
+    """Steps a run measures before its row, more while noisy (noise.adaptive_cap)."""
     environment: dict = field(default_factory=dict)
     workload: dict = field(default_factory=dict)
     worker_pid: int | None = None
@@ -103,6 +124,19 @@ class Session:
     batch_size: int = 0
     compile_started_at: float | None = None
     """Monotonic time at which the current compile began; None when not compiling."""
+    compile_what: str = ""
+    """What the current run's first step builds (CompileStarted.what)."""
+    applying_since: float | None = None
+    """When the configuration being prepared was sent (its reference, gradients and build)."""
+    preparing_note: str = ""
+    """What the worker said it builds meanwhile (the fused kernels' C++ nodes)."""
+    run_started_at: float | None = None
+    warmup_steps: int = 5
+    """The current run's steps before its measured ones."""
+    run_times: list = field(default_factory=list)
+    """Step times (ms) of the current run's measured steps so far."""
+    run_rates: list = field(default_factory=list)
+    """Their rates (tokens/s): the panel's figure until the run's row is in."""
     compile_s: float | None = None
     """Compile time of the current run, once known."""
     paused_state: str = "running"
@@ -128,6 +162,11 @@ class Session:
     markers: list[Marker] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     logs: deque = field(default_factory=lambda: deque(maxlen=LOG_CAPACITY))
+    """LogLine entries, oldest first: the log view (key l)."""
+    logs_added: int = 0
+    """Lines ever added to `logs` (it keeps the last LOG_CAPACITY)."""
+    log_path: str = ""
+    """The worker's log file, named in the log view."""
     version: int = 0
     """Incremented on every change; widgets redraw when it moved."""
     rows_version: int = 0
@@ -140,10 +179,7 @@ class Session:
         return next((r for r in self.rows if r.ok and r.result.tokens_per_s), None)
 
     def change_vs_baseline(self, row: Row) -> float | None:
-        base = self.baseline
-        if base is None or not row.result.tokens_per_s:
-            return None
-        return row.result.tokens_per_s / base.result.tokens_per_s
+        return self.change(row.result.tokens_per_s)
 
     def row_for_run(self, run_id: int | None) -> Row | None:
         if run_id is None:
@@ -167,14 +203,71 @@ class Session:
         """What the workload counts per sample: tokens for the language models."""
         return str(self.workload.get("item_name") or "tokens")
 
-    def fastest_passed_row(self) -> Row | None:
-        """The fastest row that ran and passed the loss and gradient checks (status ok)."""
-        passed = [r for r in self.rows if r.ok and r.result.tokens_per_s]
-        return max(passed, key=lambda r: r.result.tokens_per_s) if passed else None
-
     def current_result(self) -> protocol.TrialResult | None:
         row = self.row_for_run(self.run_id)
         return row.result if row else None
+
+    def current_row(self) -> Row | None:
+        return self.row_for_run(self.run_id)
+
+    def current_rate(self) -> tuple[float | None, bool]:
+        """The current run's rate and whether it is its measured row's (True) or the median of
+        its measured steps so far (False): the figure the leaderboard shows, or will."""
+        result = self.current_result()
+        if result is not None and result.tokens_per_s:
+            return result.tokens_per_s, True
+        if self.run_rates:
+            return statistics.median(self.run_rates), False
+        return None, False
+
+    def change(self, rate: float | None) -> float | None:
+        """`rate` against the baseline row's, as the leaderboard's "vs base" column divides."""
+        base = self.baseline
+        if base is None or not rate:
+            return None
+        return rate / base.result.tokens_per_s
+
+    def current_peak(self) -> tuple[int | None, bool]:
+        """The current run's peak memory and whether it is its measured row's (the larger of
+        the allocated and reserved peaks, as the leaderboard and bench count it) or the
+        steps' so far. After the row, later steps (a profile's own buffers) do not move it."""
+        result = self.current_result()
+        if result is not None and measured_peak(result):
+            return measured_peak(result), True
+        step = self.last_step
+        return (step.peak_memory_bytes if step else None), False
+
+    def measuring(self) -> tuple[int, int] | None:
+        """(measured steps so far, the most the run may take) while its row is not in yet."""
+        if self.run_id is None or self.current_result() is not None or not self.run_times:
+            return None
+        return len(self.run_times), adaptive_cap(self.measure_steps)
+
+    def first_step_for(self, now: float) -> float | None:
+        """Seconds the current run has waited for its first step (builds, the first compile),
+        None once a step came or when no run is on."""
+        if self.run_id is None or self.last_step is not None or self.run_started_at is None:
+            return None
+        if self.worker_state not in ("running", "compiling"):
+            return None
+        return max(0.0, now - self.run_started_at)
+
+    def preparing_for(self, now: float) -> float | None:
+        """Seconds since the configuration being prepared (reference, build) was sent."""
+        if self.worker_state != "applying" or self.applying_since is None:
+            return None
+        return max(0.0, now - self.applying_since)
+
+    def log(self, level: str, text: str, source: str = "dashboard") -> None:
+        self._log(LogLine(level, text, source))
+        self.version += 1
+
+    def _log(self, line: LogLine) -> None:
+        self.logs.append(line)
+        self.logs_added += 1
+
+    def warnings_logged(self) -> int:
+        return sum(1 for line in self.logs if line.level in ("warning", "error"))
 
     def last_profiled(self) -> Row | None:
         number = self.profiled[-1] if self.profiled else None
@@ -212,7 +305,13 @@ class Session:
         self.batch_size = event.batch_size
         self.compile_started_at = None
         self.compile_s = None
+        self.compile_what = ""
         self.last_step = None  # the panel shows this run's figures, not the last run's
+        self.run_started_at = now
+        self.applying_since = None
+        self.warmup_steps = event.warmup_steps
+        self.run_times = []
+        self.run_rates = []
         self.worker_state = "running"
         self.run_number += 1
         self.run_numbers[(self.generation, event.run_id)] = self.run_number
@@ -222,6 +321,7 @@ class Session:
         if event.run_id == self.run_id:
             self.worker_state = "compiling"
             self.compile_started_at = now
+            self.compile_what = event.what
 
     def _on_CompileFinished(self, event: protocol.CompileFinished, now: float) -> None:
         if event.run_id == self.run_id:
@@ -237,13 +337,15 @@ class Session:
             self.worker_state = "running"
             self.compile_started_at = None
         self.last_step = event
-        if compiling_step:
-            # The step that held torch.compile's work would flatten the plots; the figures and
-            # the leaderboard report it as compile time.
-            return
-        self.throughput.append(event.tokens_per_s)
-        self.step_ms.append(event.step_ms)
-        self.loss.append(event.loss if math.isfinite(event.loss) else math.nan)
+        # The first step (it holds torch.compile's work) and the warm-up are plotted but mark
+        # no scale: the plots scale to the steady rate.
+        steady = not compiling_step and event.step >= self.warmup_steps
+        if steady and self.row_for_run(event.run_id) is None:
+            self.run_times.append(event.step_ms)
+            self.run_rates.append(event.tokens_per_s)
+        self.throughput.append(event.tokens_per_s, steady)
+        self.step_ms.append(event.step_ms, steady)
+        self.loss.append(event.loss if math.isfinite(event.loss) else math.nan, steady)
 
     def _on_TrialFinished(self, event: protocol.TrialFinished, now: float) -> None:
         row = self.row_for_run(event.run_id)
@@ -280,7 +382,7 @@ class Session:
         if self.run_id is None or event.run_id >= self.run_id:
             self.worker_state = "idle"
             self.compile_started_at = None
-        self.logs.append(("error", f"{event.kind}: {event.message}"))
+        self._log(LogLine("error", f"{event.kind}: {event.message}"))
 
     def _on_ProfileMeasured(self, event: protocol.ProfileMeasured, now: float) -> None:
         row = self.row_for_run(event.run_id)
@@ -291,7 +393,7 @@ class Session:
         self.profiled.append(row.number)
         self.profile_note = ""
         if event.profile.get("error"):
-            self.logs.append(("warning", event.profile["error"]))
+            self._log(LogLine("warning", event.profile["error"]))
 
     def _on_Paused(self, event: protocol.Paused, now: float) -> None:
         if self.worker_state != "paused":
@@ -302,7 +404,9 @@ class Session:
         self.worker_state = self.paused_state if self.paused_state != "paused" else "running"
 
     def _on_WorkerLog(self, event: protocol.WorkerLog, now: float) -> None:
-        self.logs.append((event.level, event.text))
+        if event.level == "info" and not event.source and self.worker_state == "applying":
+            self.preparing_note = event.text
+        self._log(LogLine(event.level, event.text, event.source or "worker"))
 
     # -- app-level facts (not protocol events) ---------------------------------------------------
     def applying(self, config: dict, label: str) -> None:
@@ -311,6 +415,8 @@ class Session:
         self.worker_state = "applying"
         self.worker_note = label
         self.pending = (dict(config), label)
+        self.applying_since = self.clock()
+        self.preparing_note = ""
         self.version += 1
 
     def worker_started(self, pid: int | None) -> None:
@@ -333,7 +439,7 @@ class Session:
         self.worker_note = f"{self.setup_error} ({message})" if self.setup_error else message
         self.compile_started_at = None
         self.run_id = None
-        self.logs.append(("error", message))
+        self._log(LogLine("error", message))
         self.version += 1
         return message
 

@@ -69,3 +69,52 @@ def simplicity(config: dict, peak_memory_bytes: int | None) -> tuple:
     """Sort key: fewer options changed from the defaults first, then less peak memory."""
     changed = TuneConfig.from_dict(config).changed()
     return (len(changed), peak_memory_bytes if peak_memory_bytes is not None else math.inf)
+
+
+# -- measuring until the spread allows a ranking (the worker) ------------------------------------
+
+ADAPTIVE_FACTOR = 3
+"""A measurement whose spread is over NOISY_SPREAD after its planned steps goes on, up to this
+many times as many steps, until the spread falls under it (torch.utils.benchmark's
+`adaptive_autorange` does the same with its blocks). A burst of load from a neighbour is then
+outvoted by the quiet steps around it; a host that stays busy keeps the row noisy, and it is
+reported so after the cap."""
+STOP_MIN_STEPS = 5
+"""An early stop looks at no fewer measured steps than this: one slow reading is not a trend."""
+
+
+def times_spread(times: Sequence[float]) -> float | None:
+    """`spread` of raw step times: half their interquartile range over their median."""
+    if not times:
+        return None
+    median = statistics.median(times)
+    if median <= 0:
+        return None
+    q1, q3 = quartiles(times)
+    return (q3 - q1) / 2 / median
+
+
+def adaptive_cap(steps: int, max_steps: int | None = None) -> int:
+    """The most measured steps a noisy measurement may take: `max_steps`, or ADAPTIVE_FACTOR x
+    the planned `steps`; never fewer than `steps`."""
+    cap = ADAPTIVE_FACTOR * steps if max_steps is None else max_steps
+    return max(steps, cap)
+
+
+def settled(times: Sequence[float]) -> bool:
+    """Whether these step times are steady enough to rank by (spread within NOISY_SPREAD)."""
+    s = times_spread(times)
+    return s is None or s <= NOISY_SPREAD
+
+
+def clearly_slower(times: Sequence[float], threshold_ms: float, reference_spread: float = 0.0,
+                   min_steps: int = STOP_MIN_STEPS) -> bool:
+    """The early stop's test: over at least `min_steps` (and STOP_MIN_STEPS) measured steps,
+    even the faster quartile of `times` is slower than `threshold_ms` (the best's median) by
+    more than the two spreads combined (`tie_gap`). A median of three readings, one of them a
+    hiccup, is not enough: a noisy host then stops configurations as fast as the best."""
+    if len(times) < max(min_steps, STOP_MIN_STEPS) or threshold_ms <= 0:
+        return False
+    q1, _ = quartiles(times)
+    own = times_spread(times) or 0.0
+    return q1 > threshold_ms * (1 + tie_gap(own, reference_spread or 0.0))

@@ -35,10 +35,14 @@ class WorkerSpec:
     of one precision (fp32 needs the most memory: its reference may not fit where bf16 does);
     "rank:R:KIND:STEP" makes rank R of a group fail at step STEP (KIND: oom, exit, hang);
     "grad:<kernel>:<fault>" breaks one kernel's backward (engine/faults.py), for the tests of
-    the gradient gate."""
+    the gradient gate; "noisy-steps:MS" makes every step sleep a random 0..MS ms inside its
+    timed part (a busy neighbour), for the tests of the noise handling."""
     environ: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker before it imports torch (e.g. the Inductor
     cache directory that the search's trials share)."""
+    log_path: str | None = None
+    """The run's log file (`worker_log.new_run_log`): the worker's standard output and error go
+    there, not to the terminal; None leaves them where they are."""
 
 
 # -- commands (UI -> worker) ----------------------------------------------------------------------
@@ -51,6 +55,9 @@ class ApplyConfig:
 
     config: TuneConfig
     measure_steps: int = 20
+    max_steps: int | None = None
+    """While the measured steps' spread is over noise.NOISY_SPREAD, measure on up to this many
+    steps before reporting (None: noise.ADAPTIVE_FACTOR x measure_steps)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,13 @@ class RunTrial:
     """Early stop: once `stop_after_steps` steps are measured, a median step time above this
     ends the trial with status "stopped" (the search already has a clearly faster one)."""
     stop_after_steps: int = 3
+    stop_reference_spread: float = 0.0
+    """The spread of the row `stop_if_slower_than_ms` comes from: the early stop needs a gap
+    larger than this and the trial's own spread combined (noise.clearly_slower), over at least
+    noise.STOP_MIN_STEPS steps."""
+    max_steps: int | None = None
+    """While the measured steps' spread is over noise.NOISY_SPREAD, measure on up to this many
+    steps (None: noise.ADAPTIVE_FACTOR x steps; `steps` turns the adaptation off)."""
     profile_steps: int = 0
     """After the measured steps, profile this many more (0: none); the result's `profile`."""
     trace_path: str | None = None
@@ -120,11 +134,16 @@ class RunStarted:
     config: TuneConfig
     label: str
     batch_size: int
+    warmup_steps: int = 5
+    """Steps before the measured ones (the first holds torch.compile's work): the dashboard's
+    plots mark them and leave them out of their scale."""
 
 
 @dataclass(frozen=True)
 class CompileStarted:
     run_id: int
+    what: str = "torch.compile"
+    """What the first step builds once (torch.compile, torchao's compiled optimizer step)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +211,9 @@ class TrialResult:
     peak_reserved_bytes: int | None = None
     compile_s: float | None = None
     """First step, which holds torch.compile's work (or an eager first step)."""
+    first_step_builds: str = ""
+    """What that first step built once besides the step itself ("" for nothing): torch.compile,
+    torchao's compiled optimizer step."""
     warmup_s: float | None = None
     measured_steps: int = 0
     losses: tuple[float, ...] = ()
@@ -297,6 +319,9 @@ class WorkerLog:
 
     level: str
     text: str
+    source: str = ""
+    """"" for the worker's own lines; else the library that logged it (torch, torchao,
+    transformers, warnings): those go to the dashboard's log view only."""
 
 
 Event = (

@@ -6,6 +6,9 @@ numbers right-aligned, so it reads the same on a terminal, in a log file and in 
 
 from __future__ import annotations
 
+import shutil
+import sys
+
 from tuner_tui import format as fmt
 from tuner_tui.engine import protocol
 from tuner_tui.engine.noise import is_noisy, spread_text
@@ -26,7 +29,7 @@ def summary(r: protocol.TrialResult, item_name: str | None = None) -> str:
                 f"{spread_text(r)}{noisy}")
         peak = measured_peak(r)
         if peak:  # in the progress line, so that a log cut short still tells what fitted
-            text += f", peak {fmt.gib(peak)}" + (" per rank" if r.per_rank else "")
+            text += f", peak {fmt.size(peak)}" + (" per rank" if r.per_rank else "")
         if r.per_rank:
             ranks = len(r.per_rank)
             text += (f" (slowest of {ranks} ranks; global batch {r.batch_size} = {ranks} x "
@@ -35,21 +38,30 @@ def summary(r: protocol.TrialResult, item_name: str | None = None) -> str:
     return f"{r.status}: {r.message}" if r.message else r.status
 
 
+def terminal_width() -> int | None:
+    """The terminal's width when standard output is one; None (no limit) for a log or a pipe."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((120, 24)).columns
+
+
 def format_table(
     results: list[protocol.TrialResult], baseline: float | None = None,
-    item_name: str | None = None,
+    item_name: str | None = None, width: int | None = -1,
 ) -> str:
     """`baseline`: items/s that the "x base" column divides by; without it, "x first" divides
     by the first row's. `item_name`: what the workload counts (tokens, images, samples); by
     default the rows' own.
-    "peak GiB" is what counts against a memory budget (the larger of the allocated and reserved
-    peaks); "est GiB" the estimate made before the row ran, from the rows before it (a run's
-    first row: from its parameters and the model's shapes alone), marked ~ where it rests on a
-    saving not measured yet (such an estimate never skips a trial)."""
+    "peak mem" is what counts against a memory budget (the larger of the allocated and reserved
+    peaks), as the dashboard shows it; "est mem" the estimate made before the row ran, from the
+    rows before it (a run's first row: from its parameters and the model's shapes alone), marked
+    ~ where it rests on a saving not measured yet (such an estimate never skips a trial).
+    `width`: the widest a line may be (long labels wrap in their column); -1: the terminal's
+    when printing to one, None: no limit."""
     base = baseline or next((r.tokens_per_s for r in results if r.tokens_per_s), None)
     item_name = item_name or item_name_of(results)
     headers = ["#", "configuration", f"{item_name}/s", "x base" if baseline else "x first", "step ms",
-               "spread", "MFU", "peak GiB", "est GiB", "compile s", "loss", "status"]
+               "spread", "MFU", "peak mem", "est mem", "compile s", "loss", "status"]
     rows = []
     for i, r in enumerate(results, start=1):
         ratio = f"{r.tokens_per_s / base:.2f}x" if (r.tokens_per_s and base) else "-"
@@ -63,13 +75,18 @@ def format_table(
             f"{r.step_ms:.1f}" if r.step_ms else "-",
             spread_text(r) + ("!" if is_noisy(r) else ""),
             f"{r.mfu:.1%}" if r.mfu is not None else "-",
-            fmt.gib(measured_peak(r), unit=False),
+            _size(measured_peak(r)),
             _estimate(r),
             f"{r.compile_s:.1f}" if r.compile_s is not None else "-",
             loss,
             r.status,
         ])
-    lines = render_columns(headers, rows)
+    width = terminal_width() if width == -1 else width
+    headers, rows, dropped = fit_columns(headers, rows, width, NARROW_DROP_ORDER)
+    lines = render_columns(headers, rows, width)
+    if dropped:
+        lines.append(f"(not shown at {width} columns: {', '.join(dropped)}; --json keeps every "
+                     "figure)")
     if any(is_noisy(r) for r in results):
         lines.append("spread: half the interquartile range of the step times, relative to the "
                      "median; ! marks a noisy row")
@@ -79,16 +96,59 @@ def format_table(
     return "\n".join(lines)
 
 
+def _size(num_bytes: int | None) -> str:
+    return "-" if num_bytes is None else fmt.size(num_bytes)
+
+
 def _estimate(r: protocol.TrialResult) -> str:
     total = r.memory_estimate.get("total")
     if total is None:
         return "-"
-    return ("" if r.memory_estimate.get("certain", True) else "~") + fmt.gib(total, unit=False)
+    return ("" if r.memory_estimate.get("certain", True) else "~") + _size(total)
 
 
-def render_columns(headers: list[str], rows: list[list[str]]) -> list[str]:
+NARROW_DROP_ORDER = ("est mem", "MFU", "compile s", "loss", "step ms", "x first", "x base")
+"""The table's columns left out, in this order, where the terminal is too narrow for all."""
+LABEL_MIN = 16
+"""The configuration column keeps at least this many characters (longer labels wrap)."""
+
+
+def fit_columns(headers: list[str], rows: list[list[str]], width: int | None,
+                drop_order: tuple[str, ...], wrap: str = "configuration"
+                ) -> tuple[list[str], list[list[str]], list[str]]:
+    """The headers and rows left once columns are dropped so that the table fits in `width`
+    with LABEL_MIN characters for the `wrap` column: first the columns with no figure at all,
+    then those of `drop_order` in turn. Returns (headers, rows, the headers of the columns with
+    figures that were dropped)."""
+    if width is None:
+        return headers, rows, []
+
+    def needed(keep: list[int]) -> int:
+        total = 0
+        for i in keep:
+            natural = max([len(headers[i])] + [len(r[i]) for r in rows])
+            total += min(natural, LABEL_MIN) if headers[i] == wrap else natural
+        return total + 2 * (len(keep) - 1)  # a space of padding and one of rule between
+
+    keep = list(range(len(headers)))
+    empty = [i for i in keep if rows and all(r[i] == "-" for r in rows) and headers[i] != wrap]
+    candidates = empty + [headers.index(h) for h in drop_order if h in headers]
+    dropped = []
+    for i in candidates:
+        if needed(keep) <= width:
+            break
+        if i in keep:
+            keep.remove(i)
+            if i not in empty:  # a column with no figure is not missed
+                dropped.append(headers[i])
+    return ([headers[i] for i in keep], [[r[i] for i in keep] for r in rows], dropped)
+
+
+def render_columns(headers: list[str], rows: list[list[str]], width: int | None = None,
+                   wrap: str = "configuration") -> list[str]:
     """`rows` of cells under `headers`, as lines of text. A column whose cells are all numbers
-    (or "-") is right-aligned."""
+    (or "-") is right-aligned. With a `width`, the `wrap` column's cells wrap within it so that
+    no line is wider (the others never wrap); without one, nothing wraps."""
     import io
 
     from rich import box
@@ -98,14 +158,21 @@ def render_columns(headers: list[str], rows: list[list[str]]) -> list[str]:
 
     rule = box.Box("    \n    \n -- \n    \n    \n    \n    \n    \n", ascii=True)
     table = Table(box=rule, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    natural = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
     for i, header in enumerate(headers):
         cells = [row[i] for row in rows]
-        numeric = bool(cells) and all(c == "-" or c[:1].isdigit() for c in cells)
-        table.add_column(Text(header), justify="right" if numeric else "left", no_wrap=True)
+        numeric = bool(cells) and all(c == "-" or c.lstrip("~")[:1].isdigit() for c in cells)
+        fixed = None
+        if width is not None and header == wrap:
+            others = sum(n + 2 for j, n in enumerate(natural) if j != i)
+            fixed = max(LABEL_MIN, min(natural[i], width - others))
+        table.add_column(Text(header), justify="right" if numeric else "left",
+                         no_wrap=fixed is None, overflow="fold", width=fixed)
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # Text: a label's [..] is not rich markup
     out = io.StringIO()
-    Console(file=out, width=100_000, color_system=None, force_terminal=False, highlight=False).print(table)
+    Console(file=out, width=width or 100_000, color_system=None, force_terminal=False,
+            highlight=False).print(table)
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -121,6 +122,9 @@ class Trainer:
     report: dict = field(default_factory=dict)
     memory_parts: dict = field(default_factory=dict)
     """Bytes of parameters, gradients and optimizer state on the device, after the first step."""
+    injected_delay_ms: float = 0.0
+    """Test hook (WorkerSpec.fault_injection "noisy-steps:MS"): each step sleeps a random
+    0..MS ms inside its timed part, as a busy neighbour would make it wait."""
     reference_gradients: dict | None = None
     """The fp32 reference's first-step gradients (reference_gradients.reference_gradients), on the CPU;
     None: the gradients go unchecked."""
@@ -139,6 +143,7 @@ class Trainer:
         self._rss_peak = self._rss_base
         self._peak: Peak | None = None
         self._flops_per_step: float | None = None
+        self._noise = random.Random(self.seed)
 
     # -- building ------------------------------------------------------------------------------
     def build(self) -> None:
@@ -167,6 +172,19 @@ class Trainer:
     def will_compile(self) -> bool:
         return self.config.compile_mode != "off"
 
+    def first_step_builds(self) -> str:
+        """What the first step builds once besides the step ("" for nothing): the dashboard
+        shows "building ..." while it runs, not an eager run that measures nothing."""
+        parts = []
+        if self.will_compile():
+            parts.append("torch.compile")
+        optimizer = getattr(getattr(self, "tuned", None), "optimizer", None)
+        if optimizer is not None and any(
+            (c.__module__ or "").startswith("torchao") for c in type(optimizer).__mro__
+        ):
+            parts.append("torchao's compiled optimizer step")
+        return " and ".join(parts)
+
     # -- stepping ------------------------------------------------------------------------------
     def step(self) -> list[StepRecord]:
         """Run one optimizer step. Returns the records that completed (after the warm-up the
@@ -174,6 +192,8 @@ class Trainer:
         i = self._step
         batch = self._shard(self.workload.batch(i, self.batch_size, self.torch_device))
         host_start = time.perf_counter()
+        if self.injected_delay_ms:
+            time.sleep(self._noise.uniform(0.0, self.injected_delay_ms) / 1e3)
         losses = []
         for micro in self.tuned.micro_batches(batch):
             if self.config.compile_mode == "reduce-overhead":
@@ -249,6 +269,20 @@ class Trainer:
 
     def finish(self) -> list[StepRecord]:
         return self._collect(keep=0)
+
+    def peak_bytes(self) -> int:
+        """The peak the step records report now (allocated on CUDA, resident growth on the CPU)."""
+        if self.device == "cuda":
+            return int(torch.cuda.max_memory_allocated())
+        return self._rss_peak - self._rss_base
+
+    def forget_peak(self) -> None:
+        """Start the peak again from now, so that what a profile allocated (its event buffers)
+        does not become the peak of the steps after it."""
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._rss_peak = max(self._rss_base, trimmed_rss())
 
     def _collect(self, keep: int) -> list[StepRecord]:
         done = []
@@ -328,6 +362,7 @@ class Trainer:
             sequence_length=self.workload.items_per_sample,
             losses=tuple(r.loss for r in self.records),
             compile_s=self.first_step_s,
+            first_step_builds=self.first_step_builds(),
             strategy_report=self.report,
             memory_parts=self.memory_parts,
             model_shape=(model_shape(self.tuned.model, self.workload.items_per_sample)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import statistics
 import sys
 import threading
 import time
 import traceback
 
 from strategies.config import ConfigError, TuneConfig
-from tuner_tui.engine import protocol
+from tuner_tui.engine import noise, protocol, worker_log
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
 
@@ -40,6 +39,8 @@ class Worker:
         self.run_id = 0
         self.paused = False
         self.measure_steps = 20
+        self.measure_cap = noise.adaptive_cap(20)
+        """The live run reports after measure_steps, or while noisy, up to this many."""
         self.live_reported = False
         self.references: dict[tuple[int, float], tuple[float, ...]] = {}
         self.group = None
@@ -57,22 +58,6 @@ class Worker:
         self.events.put(event)
 
     # -- setup ---------------------------------------------------------------------------------
-    def forward_compiler_warnings(self) -> None:
-        """Recompiles past Dynamo's limit silently fall back to eager, which shows up only as
-        a slower run: pass Dynamo's warnings on to the user as WorkerLog events."""
-        import logging
-
-        worker = self
-
-        class Forward(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                text = record.getMessage().strip().splitlines()
-                if text:
-                    worker.emit(protocol.WorkerLog("warning", f"torch.compile: {text[0]}"))
-
-        handler = Forward(level=logging.WARNING)
-        logging.getLogger("torch._dynamo").addHandler(handler)
-
     def start(self) -> bool:
         from tuner_tui.engine import environment, workloads
 
@@ -98,7 +83,7 @@ class Worker:
             self.emit(protocol.RunFailed(0, "invalid", f"out of memory while loading workload "
                                          f"{self.spec.workload!r} (and its --data file, if any)"))
             return False
-        self.forward_compiler_warnings()
+        worker_log.attach_library_loggers()  # the loggers torch and the workload made
         if (self.spec.fault_injection or "").startswith("grad:"):
             from tuner_tui.engine import faults
 
@@ -154,6 +139,13 @@ class Worker:
         return {**self.workload.describe(), "seed": self.spec.seed, "data": data}
 
     # -- building a run ------------------------------------------------------------------------
+    def injected_delay_ms(self) -> float:
+        """The "noisy-steps:MS" test hook of WorkerSpec.fault_injection (0: none)."""
+        fault = self.spec.fault_injection or ""
+        if fault.startswith("noisy-steps:"):
+            return float(fault.partition(":")[2])
+        return 0.0
+
     def _trainer(self, config: TuneConfig, warmup: int, reference: tuple[float, ...]):
         from tuner_tui.engine.trial import Trainer
 
@@ -173,6 +165,7 @@ class Worker:
             warmup_steps=warmup,
             reference_losses=reference,
             device_name=self.caps.gpu_name,
+            injected_delay_ms=self.injected_delay_ms(),
         )
 
     def _fail(self, exc: BaseException, trainer=None) -> None:
@@ -194,7 +187,8 @@ class Worker:
         self._keep_group_for(config)
         trainer = self._trainer(config, warmup, reference)
         label = config.label(skip=self.workload.inapplicable())
-        self.emit(protocol.RunStarted(self.run_id, config, label, trainer.batch_size))
+        self.emit(protocol.RunStarted(self.run_id, config, label, trainer.batch_size,
+                                      warmup_steps=warmup))
         return trainer
 
     def _keep_group_for(self, config: TuneConfig) -> None:
@@ -222,8 +216,26 @@ class Worker:
             )
         from tuner_tui.engine.profiler import compile_counters
 
+        builds = self._one_time_builds(trainer.config)
+        if builds:  # the dashboard's "preparing" line says what the wait is for
+            self.emit(protocol.WorkerLog("info", builds))
         self.compile_before = compile_counters()
         trainer.build()
+        worker_log.attach_library_loggers()  # transformers and torchao make theirs on import
+
+    def _one_time_builds(self, config: TuneConfig) -> str:
+        """What building `config` does once per machine and may take a while, or "": the C++
+        autograd nodes of the fused kernels are compiled on a CUDA machine's first use."""
+        if self.device != "cuda" or not config.fused_kernels:
+            return ""
+        try:
+            from gputune_kernels import _native
+        except ImportError:
+            return ""
+        status = _native.status()
+        if status in ("not built", "building"):
+            return "building the fused kernels' C++ nodes (once per machine, then cached)"
+        return ""
 
     def _inject_oom(self, batch_size: int, precision: str) -> bool:
         fault = self.spec.fault_injection or ""
@@ -249,12 +261,13 @@ class Worker:
                     rank_step_ms=r.rank_step_ms,
                 )
             )
-            if r.step == 0 and trainer.will_compile():
+            if r.step == 0 and trainer.first_step_builds():
                 self.emit(protocol.CompileFinished(self.run_id, r.step_ms / 1e3))
 
     def _first_step(self, trainer) -> list:
-        if trainer.will_compile():
-            self.emit(protocol.CompileStarted(self.run_id))
+        builds = trainer.first_step_builds()
+        if builds:
+            self.emit(protocol.CompileStarted(self.run_id, builds))
         return trainer.step()
 
     # -- the reference losses ------------------------------------------------------------------
@@ -336,10 +349,22 @@ class Worker:
             trainer.reference_gradients = gradients
             self._build_trainer(trainer)
             self._emit_records(trainer, self._first_step(trainer))
-            for i in range(1, cmd.warmup_steps + cmd.steps):
+            cap = noise.adaptive_cap(cmd.steps, cmd.max_steps)
+            block = max(2, cmd.steps // 2)
+            i = 1
+            while True:
+                launched = i - cmd.warmup_steps  # measured steps launched so far
+                if launched >= cmd.steps and ((launched - cmd.steps) % block == 0 or launched >= cap):
+                    # Planned steps done: more, a block at a time, while their spread is too
+                    # wide to rank by (the pipeline is drained to judge all of them).
+                    self._emit_records(trainer, trainer.finish())
+                    if launched >= cap or self._settled(trainer):
+                        break
+                    trainer.restart_clock()
                 if i == cmd.warmup_steps:
                     self._wait_until_quiet(trainer)
                 self._emit_records(trainer, trainer.step())
+                i += 1
                 if self._too_slow(trainer, cmd):
                     self._emit_records(trainer, trainer.finish())
                     self.emit(protocol.TrialFinished(self.run_id, self._stopped(trainer, cmd)))
@@ -364,7 +389,15 @@ class Worker:
 
         try:
             # (a group's ranks profile themselves: this process only drives them)
-            return trainer.profile(steps, trace_path, result.step_ms, self.compile_before)
+            alone = trainer.config.parallel == "none"
+            before = trainer.peak_bytes() if alone else None
+            profile = trainer.profile(steps, trace_path, result.step_ms, self.compile_before)
+            if before is not None:
+                # The profiler's event buffers are its own: reported apart, and the steps
+                # after it measure their peak afresh.
+                profile["profiler_memory_bytes"] = max(0, trainer.peak_bytes() - before)
+                trainer.forget_peak()
+            return profile
         except Exception as exc:
             message = f"profile failed: {describe_failure(exc) or type(exc).__name__}"
             self.emit(protocol.WorkerLog("warning", message))
@@ -379,25 +412,30 @@ class Worker:
         trainer.restart_clock()
 
     @staticmethod
+    def _settled(trainer) -> bool:
+        return noise.settled([r.step_ms for r in trainer.measured_records()])
+
+    @staticmethod
     def _too_slow(trainer, cmd: protocol.RunTrial) -> bool:
         if cmd.stop_if_slower_than_ms is None:
             return False
-        measured = trainer.measured_records()
-        if len(measured) < max(1, cmd.stop_after_steps) or len(measured) >= cmd.steps:
-            return False
-        return statistics.median(r.step_ms for r in measured) > cmd.stop_if_slower_than_ms
+        times = [r.step_ms for r in trainer.measured_records()]
+        return noise.clearly_slower(times, cmd.stop_if_slower_than_ms, cmd.stop_reference_spread,
+                                    max(1, cmd.stop_after_steps))
 
     @staticmethod
     def _stopped(trainer, cmd: protocol.RunTrial) -> protocol.TrialResult:
         # Keep the figures of the steps measured so far; the status keeps it out of the ranking.
         result = trainer.result()
+        gap = noise.tie_gap(noise.spread(result) or 0.0, cmd.stop_reference_spread)
         return dataclasses.replace(
             result,
             status="stopped" if result.status == "ok" else result.status,
             message=result.message or (
-                f"stopped after {result.measured_steps} measured steps: median "
-                f"{result.step_ms:.1f} ms > {cmd.stop_if_slower_than_ms:.1f} ms, clearly slower "
-                "than the best so far"
+                f"stopped after {result.measured_steps} measured steps, clearly slower than the "
+                f"best: even its faster quarter of steps ({result.step_ms_q1:.1f} ms) is slower "
+                f"than the best's median {cmd.stop_if_slower_than_ms:.1f} ms by more than the "
+                f"combined spread (±{gap:.1%})"
             ),
         )
 
@@ -414,6 +452,7 @@ class Worker:
             trainer.reference_gradients = gradients
             self._build_trainer(trainer)
             self.measure_steps = cmd.measure_steps
+            self.measure_cap = noise.adaptive_cap(cmd.measure_steps, cmd.max_steps)
             self.live_reported = False
             self.trainer = trainer
             self._emit_records(trainer, self._first_step(trainer))
@@ -432,7 +471,10 @@ class Worker:
         try:
             self._emit_records(trainer, trainer.step())
             done = len(trainer.measured_records())
-            if not self.live_reported and done >= self.measure_steps:
+            # After measure_steps, and while their spread is too wide to rank by, up to the cap.
+            if not self.live_reported and done >= self.measure_steps and (
+                done >= self.measure_cap or self._settled(trainer)
+            ):
                 self.live_reported = True
                 self.emit(protocol.TrialFinished(self.run_id, trainer.result()))
             if self.live_reported and self.profile_request is not None:
@@ -506,6 +548,12 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
+    # First, before torch and the libraries print anything: into the run's log, not the
+    # terminal (worker_log.py).
+    worker_log.capture_output(
+        spec.log_path,
+        lambda level, text, source: events.put(protocol.WorkerLog(level, text, source)),
+    )
     worker = Worker(spec, commands, events, quiet)
     _exit_with_parent(worker.parent_pid)
     if worker.start():

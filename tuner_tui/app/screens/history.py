@@ -1,5 +1,6 @@
-"""This machine's history: trials measured before (by `gputune tune` and `gputune bench`, with
-this code) for this workload, from the result store; Enter re-applies one."""
+"""This machine's history: trials measured before (by the dashboard, its search, `gputune tune`
+and `gputune bench`, with this code) for this workload, from the result store; Enter re-applies
+one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,25 @@ from textual.widgets import DataTable, Label, Static
 
 from tuner_tui import format as fmt
 from tuner_tui.engine.noise import spread
+from tuner_tui.engine.protocol import measured_peak
+
+
+def load_history(environment: dict, description: dict) -> tuple[list, str, str]:
+    """(trials measured before on this machine for this workload, newest first; the workload's
+    store key; why none could be read, or "")."""
+    trials, problem, workload = [], "", ""
+    try:
+        from tuner_tui.engine.store import ResultStore, StoreError, workload_key
+
+        workload = workload_key(description) if description.get("name") else ""
+        try:
+            with ResultStore() as store:
+                trials = store.past(environment, workload or None, limit=500)
+        except StoreError as exc:
+            problem = str(exc)
+    except ImportError as exc:
+        problem = f"no result store: {exc}"
+    return trials, workload, problem
 
 
 def _when(created: float) -> str:
@@ -48,27 +68,30 @@ class HistoryScreen(ModalScreen[dict | None]):
         Binding("enter", "choose", "Re-apply", priority=True),
     ]
 
-    def __init__(self, trials: list[Any], where: str, problem: str = "") -> None:
+    def __init__(self, trials: list[Any], where: str, problem: str = "",
+                 item_name: str = "tokens") -> None:
         super().__init__()
         self.trials = trials
         self.where = where
         self.problem = problem
+        self.item_name = item_name
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Measured before on {self.where}", classes="title")
             yield DataTable(cursor_type="row", zebra_stripes=True, id="history")
             note = self.problem or (
-                "Enter re-applies the selected configuration; Escape closes."
+                "Enter re-applies the selected configuration; Esc closes."
                 if self.trials
-                else "Nothing measured here yet: `gputune tune` and `gputune bench` fill this list."
+                else "Nothing measured here yet: the dashboard's runs and searches, gputune tune "
+                     "and gputune bench fill this list. Esc closes."
             )
             yield Static(note, id="history-note")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for header in ("when", "by", "configuration", "tokens/s", "step ms", "±", "MFU", "peak mem",
-                       "status"):
+        for header in ("when", "by", "configuration", f"{self.item_name}/s", "step ms", "±", "MFU",
+                       "peak mem", "status"):
             table.add_column(header)
         for index, trial in enumerate(self.trials):
             r = trial.result
@@ -80,7 +103,7 @@ class HistoryScreen(ModalScreen[dict | None]):
                 Text(fmt.milliseconds(r.step_ms), justify="right"),
                 Text(fmt.spread(spread(r)), justify="right"),
                 Text(fmt.fraction(r.mfu), justify="right"),
-                Text(fmt.size(r.peak_memory_bytes), justify="right"),
+                Text(fmt.size(measured_peak(r)), justify="right"),
                 Text(r.status, style="green" if r.status == "ok" else "red"),
                 key=str(index),
             )

@@ -20,7 +20,7 @@ def _shown(value) -> str:
 def config_table(row: Row) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(style="dim", no_wrap=True)
-    table.add_column()
+    table.add_column(overflow="fold")
     result = row.result
     table.add_row("run", Text(f"{row.number}: {result.label}", style="bold"))
     for key, option in OPTIONS.items():

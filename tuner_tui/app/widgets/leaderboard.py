@@ -1,4 +1,10 @@
-"""Every configuration tried this session, sortable, with its change against the baseline."""
+"""Every configuration tried this session, sortable, with its change against the baseline.
+
+The columns fit the panel's width: where it is narrow the least needed columns go first (MFU,
+compile, loss, step time, memory), so the rate, the change, the spread and the status stay.
+The title says which row leads, only when its lead is larger than the noise (standings.py);
+★ marks that row, = the rows tied at the top.
+"""
 
 from __future__ import annotations
 
@@ -10,50 +16,97 @@ from textual.widgets import DataTable
 
 from tuner_tui import format as fmt
 from tuner_tui.app.session import Row, Session
+from tuner_tui.app.standings import Standing, standing
 from tuner_tui.engine.noise import is_noisy, spread
+from tuner_tui.engine.protocol import measured_peak
 
 STATUS_STYLE = {"ok": "green", "loss-mismatch": "yellow"}
 
 # (column key, header, sort key). Sort keys put unknown figures last whatever the direction.
+# "{item}" in a header is the workload's item name (tokens, images, samples).
 COLUMNS: tuple[tuple[str, str, Callable[[Row, Session], Any]], ...] = (
     ("number", "#", lambda r, s: r.number),
     ("label", "configuration", lambda r, s: r.result.label),
-    ("tokens", "tokens/s", lambda r, s: r.result.tokens_per_s),
+    ("tokens", "{item}/s", lambda r, s: r.result.tokens_per_s),
     ("change", "vs base", lambda r, s: s.change_vs_baseline(r)),
     ("step", "step ms", lambda r, s: r.result.step_ms),
     ("spread", "±", lambda r, s: spread(r.result)),
     ("mfu", "MFU", lambda r, s: r.result.mfu),
-    ("memory", "peak mem", lambda r, s: r.result.peak_memory_bytes),
+    ("memory", "peak mem", lambda r, s: measured_peak(r.result)),
     ("compile", "compile s", lambda r, s: r.result.compile_s),
     ("loss", "loss", lambda r, s: r.result.loss_ok),
     ("status", "status", lambda r, s: r.result.status),
 )
 SORT_KEYS = {key: fn for key, _, fn in COLUMNS}
 SORT_CYCLE = ("number", "tokens", "step", "memory", "compile")
+DROP_ORDER = ("mfu", "compile", "loss", "step", "memory", "change", "spread")
+"""Columns left out, in this order, where the panel is too narrow for all of them."""
+LABEL_MIN = 24
+"""Narrower, two labels of a session often read the same ("fp32 + sdpa + c…")."""
+CELL_PADDING = 2
+# Every column gets its width here, from its cells: DataTable widens a column only when it is
+# idle, and a busy dashboard showed "numerics" as "numeri".
 
 
-def cells(row: Row, session: Session) -> list:
+def _compile_cell(r) -> Text:
+    # An eager run's first step is not compile time, unless it built something once (torchao's
+    # compiled optimizer step).
+    if r.config.get("compile_mode", "off") == "off" and not r.first_step_builds:
+        return Text("eager", style="dim", justify="right")
+    return Text(fmt.seconds(r.compile_s), justify="right")
+
+
+def cells(row: Row, session: Session, standings: Standing | None = None) -> dict[str, Any]:
+    """The row's cells by column key."""
     r = row.result
     change = session.change_vs_baseline(row)
     change_style = "" if change is None else ("green" if change > 1.005 else "red" if change < 0.995 else "")
     loss = "—" if r.loss_ok is None else ("✓" if r.loss_ok else "✗")
-    return [
-        row.number,
-        r.label,
-        Text(fmt.rate(r.tokens_per_s), justify="right"),
-        Text(fmt.speedup(change), style=change_style, justify="right"),
-        Text(fmt.milliseconds(r.step_ms), justify="right"),
+    mark = standings.mark(row) if standings is not None else ""
+    return {
+        "number": Text(f"{row.number}{mark}", style="bold" if mark == "★" else ""),
+        "label": r.label,
+        "tokens": Text(fmt.rate(r.tokens_per_s), justify="right"),
+        "change": Text(fmt.speedup(change), style=change_style, justify="right"),
+        "step": Text(fmt.milliseconds(r.step_ms), justify="right"),
         # Half the interquartile range of the step times; yellow when too wide to rank by.
-        Text(fmt.spread(spread(r)), style="yellow" if is_noisy(r) else "dim", justify="right"),
-        Text(fmt.fraction(r.mfu), justify="right"),
-        Text(fmt.size(r.peak_memory_bytes), justify="right"),
-        # An eager run's "compile" time is only its first step: not shown as compile time.
-        Text(fmt.seconds(r.compile_s), justify="right")
-        if r.config.get("compile_mode", "off") != "off"
-        else Text("eager", style="dim", justify="right"),
-        Text(loss, style="green" if r.loss_ok else "red", justify="center"),
-        Text(r.status, style=STATUS_STYLE.get(r.status, "bold red")),
-    ]
+        "spread": Text(fmt.spread(spread(r)), style="yellow" if is_noisy(r) else "dim", justify="right"),
+        "mfu": Text(fmt.fraction(r.mfu), justify="right"),
+        "memory": Text(fmt.size(measured_peak(r)), justify="right"),
+        "compile": _compile_cell(r),
+        "loss": Text(loss, style="green" if r.loss_ok else "red", justify="center"),
+        "status": Text(r.status, style=STATUS_STYLE.get(r.status, "bold red")),
+    }
+
+
+def fit_columns(rows: list[dict[str, Any]], headers: dict[str, str],
+                width: int) -> tuple[list[str], dict[str, int]]:
+    """The columns that fit in `width` cells and the width of each: DROP_ORDER goes first (MFU
+    at once where no row has one), while the configuration column would get less than
+    LABEL_MIN; it takes what is left, up to its longest label."""
+    def natural(key: str) -> int:
+        longest = max((len(c[key].plain if isinstance(c[key], Text) else str(c[key])) for c in rows),
+                      default=0)
+        return max(len(headers[key]), longest, 6 if key == "status" else 1)
+
+    keys = [key for key, _, _ in COLUMNS]
+    if rows and all(c["mfu"].plain == fmt.UNKNOWN for c in rows):
+        keys.remove("mfu")
+    widths = {key: natural(key) for key in keys}
+
+    def needed(ks: list[str]) -> int:
+        return sum(min(widths[k], LABEL_MIN) if k == "label" else widths[k] for k in ks) \
+            + CELL_PADDING * len(ks)
+
+    for key in DROP_ORDER:
+        if needed(keys) <= width:
+            break
+        if key in keys:
+            keys.remove(key)
+    others = sum(widths[k] + CELL_PADDING for k in keys if k != "label")
+    label = widths["label"]
+    widths["label"] = max(min(label, LABEL_MIN), min(label, width - others - CELL_PADDING))
+    return keys, {k: widths[k] for k in keys}
 
 
 def sorted_rows(session: Session, column: str, reverse: bool) -> list[Row]:
@@ -61,6 +114,10 @@ def sorted_rows(session: Session, column: str, reverse: bool) -> list[Row]:
     known = [r for r in session.rows if key(r, session) is not None]
     unknown = [r for r in session.rows if key(r, session) is None]
     return sorted(known, key=lambda r: key(r, session), reverse=reverse) + unknown
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
 class Leaderboard(DataTable):
@@ -84,15 +141,11 @@ class Leaderboard(DataTable):
         self.sort_reverse = False
         self._session: Session | None = None
         self._shown: tuple | None = None
+        self._layout: tuple | None = None
         self.chosen = False
         """True once the user moved the cursor: `e` then exports that row."""
-
-    def on_mount(self) -> None:
-        for key, header, _ in COLUMNS:
-            # The status column is as wide as its longest word from the start: DataTable widens
-            # a column only when it is idle, and a busy dashboard showed "numerics" as "numeri".
-            width = len("loss-mismatch") if key == "status" else None
-            self.add_column(header, key=key, width=width)
+        self.standings = Standing()
+        """The order as far as the noise allows (standings.py), as last shown."""
 
     def selected_number(self) -> int | None:
         if self.row_count == 0:
@@ -103,16 +156,34 @@ class Leaderboard(DataTable):
             return None
         return int(key.value) if key.value is not None else None
 
+    def _width(self) -> int:
+        return max(20, self.scrollable_content_region.width or self.size.width or 80)
+
     def show(self, session: Session, force: bool = False) -> None:
         self._session = session
-        signature = self._signature(session)
+        signature = (id(session), session.rows_version, session.item_name, self._width())
         if not force and self._shown == signature:
             return
         self._shown = signature
+        self.standings = standing(session.rows)
+        title = self.standings.text(session.item_name)
+        self.border_subtitle = title
         selected = self.selected_number() if self.chosen else None
-        self.clear()
-        for row in sorted_rows(session, self.sort_column, self.sort_reverse):
-            self.add_row(*cells(row, session), key=str(row.number))
+        ordered = sorted_rows(session, self.sort_column, self.sort_reverse)
+        row_cells = [cells(row, session, self.standings) for row in ordered]
+        headers = {key: header.format(item=session.item_name) for key, header, _ in COLUMNS}
+        keys, widths = fit_columns(row_cells, headers, self._width())
+        layout = (tuple(widths.items()), headers["tokens"])
+        if layout != self._layout:
+            self._layout = layout
+            self.clear(columns=True)
+            for key in keys:
+                self.add_column(headers[key], key=key, width=widths[key])
+        else:
+            self.clear()
+        for row, c in zip(ordered, row_cells):
+            c["label"] = _cut(c["label"], widths["label"])
+            self.add_row(*(c[key] for key in keys), key=str(row.number))
         if selected is None:
             self.move_cursor(row=0)  # nothing chosen: show the top of the ranking
         else:
@@ -121,9 +192,9 @@ class Leaderboard(DataTable):
             except Exception:
                 pass
 
-    @staticmethod
-    def _signature(session: Session) -> tuple:
-        return (id(session), session.rows_version)
+    def on_resize(self) -> None:
+        if self._session is not None:
+            self.show(self._session)
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
         if reverse is None:

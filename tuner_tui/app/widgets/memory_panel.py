@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from tuner_tui import format as fmt
-from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.protocol import TrialResult, measured_peak
 
 PARTS = (
     ("parameters", "params", "cyan"),
@@ -23,11 +23,13 @@ PARTS = (
 
 
 def memory_split(result: TrialResult | None) -> dict[str, int] | None:
-    """The peak's parts in bytes (keys of PARTS), or None before the run measured them."""
-    if result is None or not result.memory_parts or not result.peak_memory_bytes:
+    """The peak's parts in bytes (keys of PARTS), or None before the run measured them. The
+    peak is the one the leaderboard and bench show (`measured_peak`)."""
+    peak = measured_peak(result) if result is not None else None
+    if result is None or not result.memory_parts or not peak:
         return None
     parts = {key: int(result.memory_parts.get(key, 0)) for key, _, _ in PARTS[:3]}
-    parts["activations"] = max(0, result.peak_memory_bytes - sum(parts.values()))
+    parts["activations"] = max(0, peak - sum(parts.values()))
     return parts
 
 
@@ -46,19 +48,20 @@ def stacked_bar(parts: dict[str, int], scale: int, width: int) -> Text:
 
 def memory_table(result: TrialResult | None, budget: int | None, width: int = 30) -> Table:
     table = Table.grid(padding=(0, 1))
-    table.add_column(no_wrap=True, overflow="ellipsis")
+    table.add_column(overflow="fold")
     parts = memory_split(result)
     if parts is None:
-        peak = result.peak_memory_bytes if result else None
-        table.add_row(Text(f"peak {fmt.size(peak)}; the parts come once the run is measured",
-                           style="dim"))
+        peak = measured_peak(result) if result else None
+        table.add_row(Text(f"peak {fmt.size(peak)}; split after the measured steps", style="dim"))
         return table
     peak = sum(parts.values())
     scale = max(peak, budget or 0)
     table.add_row(stacked_bar(parts, scale, width))
-    for pair in (PARTS[:2], PARTS[2:]):  # two to a line: the side panels are narrow
+    # Two to a line where they fit, else one: no part is cut.
+    groups = (PARTS[:2], PARTS[2:]) if width >= 36 else tuple((p,) for p in PARTS)
+    for group in groups:
         legend = Text(no_wrap=True)
-        for key, name, style in pair:
+        for key, name, style in group:
             legend.append("■ ", style=style).append(f"{name} {fmt.size(parts[key])}  ")
         table.add_row(legend)
     line = Text(f"peak {fmt.size(peak)}")

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from tuner_tui import format as fmt
 from tuner_tui.app.widgets.bars import bar
 from tuner_tui.engine.profile import CATEGORIES, CATEGORY_NAMES, flop_line
 
@@ -38,6 +39,10 @@ def facts(profile: dict) -> Text:
     unit = "launches" if profile["timeline"] == "GPU" else "ops"
     text.append(f"{profile['step_ms']:.1f} ms profiled step, "
                 f"{profile['launches_per_step']:,.0f} {unit}/step", style="dim")
+    own = profile.get("profiler_memory_bytes")
+    if own:
+        text.append(f"\nthe profiler's own memory: {fmt.size(own)}, not in the row's peak",
+                    style="dim")
     counts = profile.get("compile") or {}
     if counts.get("graphs"):
         text.append(f"\ncompile: {counts['graphs']} graphs, {counts.get('graph_breaks', 0)} "
@@ -91,9 +96,9 @@ class ProfilePanel(Static):
             body.add_column(no_wrap=True)
             body.add_column(ratio=1)
             body.add_row(Group(category_bars(profile, BAR_WIDTH), facts(profile)), verdict(profile))
-        else:
-            body = Group(category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
-                         facts(profile), verdict(profile))
+        else:  # narrow (the compact layout): the verdict first, where it is seen
+            body = Group(verdict(profile), category_bars(profile, max(4, min(BAR_WIDTH, width - 28))),
+                         facts(profile))
         parts = [body, top_kernels(profile, max(20, width - 8))]
         if rates := flop_line(profile):  # full width: with SDPA or two precisions it is long
             parts.insert(1, Text(rates, style="dim", no_wrap=True, overflow="ellipsis"))

@@ -12,7 +12,7 @@ from tuner_tui.app.session import Session
 STATE_LOOK = {
     "starting": ("◌", "starting worker…", "yellow"),
     "ready": ("○", "ready", "cyan"),
-    "applying": ("◌", "building", "yellow"),
+    "applying": ("◌", "preparing", "yellow"),
     "running": ("●", "training", "green"),
     "compiling": ("◐", "compiling…", "bold yellow"),
     "paused": ("⏸", "paused", "yellow"),
@@ -26,11 +26,27 @@ def status_text(session: Session, now: float) -> Text:
     glyph, words, style = STATE_LOOK.get(session.worker_state, ("?", session.worker_state, ""))
     text = Text(no_wrap=True, overflow="ellipsis")
     compiling = session.compiling_for(now)
+    first_step = session.first_step_for(now)
+    preparing = session.preparing_for(now)
+    measuring = session.measuring()
     if compiling is not None:
-        words = f"compiling… {compiling:.0f}s"
+        words = f"building {session.compile_what or 'torch.compile'}… {compiling:.0f}s"
+    elif first_step is not None:
+        words = f"first step… {first_step:.0f}s"
+    elif preparing is not None:
+        words = f"preparing… {preparing:.0f}s"
+    elif measuring is not None and session.worker_state == "running":
+        done, cap = measuring
+        words = (f"measuring {done}/{session.measure_steps}" if done <= session.measure_steps
+                 else f"measuring {done} (noisy, up to {cap})")
     text.append(f"{glyph} {words}", style=style)
+    warnings = session.warnings_logged()
+    if warnings:
+        text.append(f"  ⚠ {warnings} in log (l)", style="yellow")
     if session.worker_state == "applying":
-        text.append(f" {session.worker_note}…", style="bold yellow")
+        text.append(f" {session.worker_note}", style="bold yellow")
+        if session.preparing_note:
+            text.append(f": {session.preparing_note}", style="yellow")
         if session.search_note:
             text.append(f"   ⟳ {session.search_note}", style="bold magenta")
         return text

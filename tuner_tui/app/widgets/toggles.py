@@ -94,6 +94,13 @@ class TogglesPanel(Widget):
     TogglesPanel .option-control {
         width: 1fr;
     }
+    TogglesPanel .option-row.-set {
+        layout: vertical;
+    }
+    TogglesPanel .option-row.-set .set-choices {
+        width: 1fr;
+        padding-left: 2;
+    }
     TogglesPanel Select, TogglesPanel Input {
         width: 1fr;
     }
@@ -170,7 +177,9 @@ class TogglesPanel(Widget):
                 yield Static(strategy.name, classes="strategy-title")
                 for option in strategy.options:
                     control = self._controls[option.key].build(values[option.key])
-                    with Horizontal(classes="option-row", id=f"row-{option.key}"):
+                    # A set's checkboxes go under its label, so long choices are not cut.
+                    row_classes = "option-row -set" if option.widget == "checkboxes" else "option-row"
+                    with Horizontal(classes=row_classes, id=f"row-{option.key}"):
                         yield Label(option.label or option.key, classes="option-label")
                         yield control
                     # Disabled widgets cannot take focus, so their reason is shown in place.
