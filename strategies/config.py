@@ -99,24 +99,26 @@ class TuneConfig:
             key: option.coerce(given[key]) if key in given else option.default
             for key, option in OPTIONS.items()
         }
-        for rule in RULES:
-            problem = rule(canonical)
-            if problem:
-                raise ConfigError(problem)
+        _check_rules(canonical)
         object.__setattr__(self, "values", tuple(canonical.items()))
+        object.__setattr__(self, "_by_key", canonical)
 
     # -- access -------------------------------------------------------------------------------
     def __getattr__(self, key: str) -> Any:
         # Only called for names that are not real attributes: the option keys.
-        if key.startswith("__"):
+        if key.startswith("__") or key == "_by_key":
             raise AttributeError(key)
-        for name, value in object.__getattribute__(self, "values"):
-            if name == key:
-                return value
-        raise AttributeError(f"TuneConfig has no option {key!r}")
+        by_key = self.__dict__.get("_by_key")
+        if by_key is None:  # unpickled by an older copy of this class: built again
+            by_key = dict(object.__getattribute__(self, "values"))
+            object.__setattr__(self, "_by_key", by_key)
+        try:
+            return by_key[key]
+        except KeyError:
+            raise AttributeError(f"TuneConfig has no option {key!r}") from None
 
     def __getitem__(self, key: str) -> Any:
-        return dict(self.values)[key]
+        return self.__getattr__(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.values}
@@ -126,9 +128,25 @@ class TuneConfig:
         return {k: v for k, v in self.to_dict().items() if v != _plain(OPTIONS[k].default)}
 
     def replace(self, **changes: Any) -> "TuneConfig":
-        merged = dict(self.values)
-        merged.update(changes)
-        return TuneConfig(tuple(merged.items()))
+        """This configuration with `changes`, each checked as `from_dict` checks it, and the
+        rules across options checked again (the search calls this tens of thousands of times:
+        only what changed is coerced)."""
+        merged = dict(self._options())
+        for key, value in changes.items():
+            option = OPTIONS.get(key)
+            if option is None:
+                raise ConfigError(
+                    f"unknown option {key!r}: allowed options are " + ", ".join(OPTIONS))
+            merged[key] = option.coerce(value)
+        _check_rules(merged)
+        new = object.__new__(TuneConfig)
+        object.__setattr__(new, "values", tuple(merged.items()))
+        object.__setattr__(new, "_by_key", merged)
+        return new
+
+    def _options(self) -> dict[str, Any]:
+        by_key = self.__dict__.get("_by_key")
+        return by_key if by_key is not None else dict(self.values)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TuneConfig":
@@ -244,6 +262,13 @@ class TuneConfig:
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _check_rules(values: dict[str, Any]) -> None:
+    for rule in RULES:
+        problem = rule(values)
+        if problem:
+            raise ConfigError(problem)
 
 
 def strategy_of(key: str) -> str:

@@ -38,6 +38,9 @@ EXIT_USAGE = 2
 EXIT_NOT_WRITTEN = 3
 """The run ended, but an output it was asked for (--json, --export, --out) could not be
 written; the line before the exit says which and why."""
+EXIT_SEARCH_ERROR = 4
+"""`tune` stopped early on an error of its own: what it measured was reported, written and
+exported all the same; the report names the error."""
 MAX_MEMORY_BYTES = 1 << 60
 """--max-memory above 1 EiB is a typo, not a budget."""
 MAX_SEED = 2**32 - 1
@@ -475,7 +478,7 @@ def worker_spec(args):
     return WorkerSpec(workload=args.workload, device=args.device, data=args.data,
                       seed=args.seed, sequence_length=args.seq_len,
                       environ=tuple(compile_cache_environ().items()),
-                      log_path=str(new_run_log(args.command or "dashboard")))
+                      log_path=str(new_run_log(getattr(args, "command", None) or "dashboard")))
 
 
 def print_worker_warnings(spec) -> None:
@@ -656,6 +659,10 @@ def cmd_tune(args) -> int:
     say_not_written(problems)
     if outcome.interrupted:  # reported and written: then the usual exit of an interrupted run
         raise KeyboardInterrupt
+    if outcome.error:
+        print(f"gputune: the search stopped early on an internal error: {outcome.error}",
+              file=sys.stderr)
+        return EXIT_SEARCH_ERROR
     if outcome.recommendation is None:
         print("nothing exported", file=sys.stderr)
         return 1

@@ -243,42 +243,123 @@ class Oracle:
         return self.best_config(space)[0]
 
     def best_config(self, space) -> tuple[float, "Cfg | None"]:
-        """The best true tokens/s over the search's space, exactly: every combination of the
-        options' values (the AdamW implementation and the compile scope, which change only
-        speed, at their best), at the largest batch the space reaches (MAX_DOUBLINGS doublings
-        of the default: accumulation only adds speed) and the two largest micro-batches that fit
-        (larger is faster but for the host's share that CUDA graphs save)."""
-        best, where = 0.0, None
-        keys = [k for k, _ in space.choices if k in AXES and k not in ("optimizer", "compile_scope")]
-        fixed = {k: v for k, v in space.fixed if k in AXES}
-        grids = [space.values(k) for k in keys]
+        """The best true tokens/s over the search's space, exactly, by enumerating every
+        combination of the options' values at once (numpy): the AdamW implementation and the
+        compile scope, which change only speed, at their best; the largest batch the space
+        reaches (MAX_DOUBLINGS doublings of the default: accumulation only adds speed); and the
+        two largest micro-batches that fit (a larger one is faster but for the host's share
+        that CUDA graphs save)."""
+        grid = _grid(space)
+        if grid is None:
+            return 0.0, None
+        names, idx = grid
+        v = {k: np.asarray(AXES[k], dtype=object)[idx[k]] if k != "fused_kernels" else idx[k]
+             for k in idx}
+        compiled = v["compile_mode"] != "off"
+        total = np.full(len(compiled), self.base)
+        for key in ("precision", "weights", "attention", "checkpointing", "compile_mode",
+                    "optimizer_state"):
+            total += self._vector_effect(key, idx[key], compiled)
+        for key in ("optimizer", "compile_scope"):
+            values = space.values(key)
+            best = np.where(compiled, max(self.effect(key, x, True) for x in values),
+                            max(self.effect(key, x, False) for x in values))
+            if key == "optimizer":
+                steps_torch = (v["weights"] == "fp32") & np.isin(v["optimizer_state"],
+                                                                 ["fp32", "offload"])
+                best = np.where(steps_torch, best, 0.0)
+            else:
+                best = np.where(compiled, best, 0.0)
+            total += best
+        fp8 = v["fp8"] != "off"
+        total += np.where(fp8, self._vector_effect("fp8", idx["fp8"], compiled)
+                          + self.fp8_width * math.log2(self.hidden / 2048), 0.0)
+        kernels = np.zeros(len(compiled))
+        for i, kset in enumerate(AXES["fused_kernels"]):
+            eager = sum(self.effect("kernel", k, False) for k in kset) \
+                if "fused_kernels" not in self.inert_options else 0.0
+            graph = sum(self.effect("kernel", k, True) for k in kset
+                        if k not in ("layer_norm", "rms_norm", "gelu", "swiglu")) \
+                if "fused_kernels" not in self.inert_options else 0.0
+            kernels += np.where(v["fused_kernels"] == i, np.where(compiled, graph, eager), 0.0)
+        total += kernels
+        ok = ~((v["weights"] == "bf16") & (v["precision"] != "bf16"))
+        ok &= ~((v["optimizer_state"] == "offload") & (v["precision"] == "fp16"))
+        if self.ro_fails:
+            ok &= v["compile_mode"] != "reduce-overhead"
+        if self.fp8_fails or self.fp8_numerics:
+            ok &= ~fp8
+        if self.fp16_diverges:
+            ok &= v["precision"] != "fp16"
         batch = (self.default_batch * 2**MAX_DOUBLINGS if "batch_size" in dict(space.choices)
                  else dict(space.fixed).get("batch_size") or self.default_batch)
-        for combo in itertools.product(*grids):
-            c = Cfg({**DEFAULTS, **fixed, **dict(zip(keys, combo))})
-            if not c.valid() or self.fault(c) or not self.numerics_ok(c):
+        # Peak = fixed + micro x per sample (+ the gradients a graph returns at once, where
+        # the micro-batch is less than the batch): solved for the largest micro that fits.
+        fixed, per_sample, at_once = self._vector_peak_parts(v, compiled)
+        scale = self.memory_error * 1.05
+        room = self.limit() / scale - fixed
+        fits_whole = room - batch * per_sample >= 0
+        micro = np.where(fits_whole, batch,
+                         np.floor(np.maximum(0, room - at_once) / per_sample))
+        micro = np.where(micro >= 1, 2 ** np.floor(np.log2(np.maximum(micro, 1))), 0)
+        micro = np.minimum(micro, batch)
+        best, where = 0.0, None
+        for m in (micro, micro / 2):
+            usable = ok & (m >= 1)
+            if not usable.any():
                 continue
-            self._best_speed_only(c, space)
-            c.values["batch_size"] = batch
-            c.values["micro_batch_size"] = 1
-            low = self.peak(c)
-            c.values["micro_batch_size"] = 2
-            per_sample = self.peak(c) - low
-            limit = self.limit()
-            fitting = int((limit - low) // per_sample) + 1 if per_sample > 0 else batch
-            micro = 1
-            while micro * 2 <= min(batch, max(1, fitting)):
-                micro *= 2
-            for m in (micro, micro // 2):
-                if m < 1:
-                    continue
-                c.values["micro_batch_size"] = 0 if m == batch else m
-                if self.peak(c) > limit:
-                    continue
-                speed = math.exp(self.log_speed(c))
-                if speed > best:
-                    best, where = speed, Cfg(dict(c.values))
+            m = np.maximum(m, 1)
+            doublings = np.log2(m / self.default_batch)
+            speed = total + np.where(doublings >= 0,
+                                     self.batch_gain * (1 - 0.35 ** doublings) / 0.65,
+                                     0.05 * doublings)
+            speed += 0.004 * np.log2(batch / m)
+            step_ms = m * self.seq / np.exp(speed) * 1e3
+            speed += np.where(v["compile_mode"] == "reduce-overhead",
+                              self.ro_host_gain * np.maximum(0.0, 1 - step_ms / 150), 0.0)
+            speed = np.where(usable, speed, -np.inf)
+            i = int(np.argmax(speed))
+            if np.exp(speed[i]) > best:
+                best = float(np.exp(speed[i]))
+                values = {k: (AXES[k][idx[k][i]]) for k in idx}
+                values = {**DEFAULTS, **dict(space.fixed), **values}
+                values["batch_size"], values["micro_batch_size"] = batch, int(m[i])
+                where = Cfg(values)
+                self._best_speed_only(where, space)
         return best, where
+
+    def _vector_effect(self, key, index, compiled):
+        eager = np.array([self.effect(key, x, False) for x in AXES[key]])
+        graph = np.array([self.effect(key, x, True) for x in AXES[key]])
+        return np.where(compiled, graph[index], eager[index])
+
+    def _vector_peak_parts(self, v, compiled):
+        """peak(micro) / (memory error x 1.05) = fixed + micro x per_sample (+ at_once where
+        the micro-batch is less than the batch), as `peak` computes it."""
+        w = np.where(v["weights"] == "bf16", 2, 4)
+        state = np.select([v["optimizer_state"] == s for s in ("fp32", "bf16", "8bit")],
+                          [8, 4, 2], 0)
+        static = self.params * (2 * w + state)
+        b = np.where(np.isin(v["precision"], ["bf16", "fp16"]) | (v["weights"] == "bf16"), 2, 4)
+        h, i, kv = self.hidden, self.intermediate, self.hidden // self.heads * self.kv_heads
+        kept = np.where(compiled, 5 * h + 2 * kv + 3 * i, 7 * h + 3 * kv + 4 * i)
+        layer = kept * b
+        layer = np.where(v["fp8"] != "off", layer - (2 * h + i) * (b - 1), layer)
+        layer = np.where(v["attention"] == "manual", layer + 2 * self.heads * self.seq * b, layer)
+        ck = v["checkpointing"]
+        layers = np.select(
+            [ck == "selective", ck == "every-n", ck == "full"],
+            [self.layers * np.minimum(layer, (5 * h + 2 * kv + 2 * i) * b),
+             self.layers / 2 * layer + self.layers / 2 * h * b + layer,
+             self.layers * h * b + layer],
+            self.layers * layer)
+        lce = (v["fused_kernels"] == 2)
+        head = np.where(lce, 0, self.vocab * (b + 4))
+        per_sample = self.seq * (layers + head)
+        autocast = np.where((v["weights"] == "fp32") & np.isin(v["precision"], ["bf16", "fp16"])
+                            & (ck == "off"), 2 * self.params, 0)
+        at_once = np.where(compiled, w * self.params, 0)
+        return static + autocast + 2**30, per_sample, at_once
 
     def _best_speed_only(self, c: "Cfg", space) -> None:
         """The AdamW implementation and compile scope at their fastest for `c`."""
@@ -286,6 +367,24 @@ class Oracle:
         for key in ("optimizer", "compile_scope"):
             values = space.values(key)
             c.values[key] = max(values, key=lambda v: self.effect(key, v, compiled))
+
+
+def _grid(space):
+    """Every combination of the oracle's options in the space (numpy index arrays), the AdamW
+    implementation and the compile scope apart; None where the space holds an option's value
+    the oracle does not know."""
+    keys = [k for k in AXES if k not in ("optimizer", "compile_scope")]
+    choices = dict(space.choices)
+    fixed = dict(space.fixed)
+    lists = []
+    for k in keys:
+        values = choices.get(k) or (fixed.get(k, OPTIONS[k].default),)
+        try:
+            lists.append([AXES[k].index(tuple(x) if isinstance(x, list) else x) for x in values])
+        except ValueError:
+            return None
+    mesh = np.array(list(itertools.product(*lists)), dtype=np.int64)
+    return keys, {k: mesh[:, j] for j, k in enumerate(keys)}
 
 
 DEFAULTS = {k: o.default for k, o in OPTIONS.items()}

@@ -191,7 +191,7 @@ def test_tune_chooses_between_ddp_and_fsdp2_under_a_per_process_budget(gputune, 
     out, js = tmp_path / "best.toml", tmp_path / "tune.json"
     held = ["precision=fp32", "weights=fp32", "optimizer_state=fp32", "compile_mode=off",
             "attention=sdpa", "optimizer=plain", "checkpointing=off", "micro_batch_size=0",
-            "fsdp_reshard=true", "ddp_bucket_mb=25"]
+            "fsdp_reshard=true", "ddp_bucket_mb=25", "fsdp_reduce=fp32", "batch_size=0"]
     proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--set", "devices=2",
                    "--search", "parallel=ddp,fsdp2", *[a for h in held for a in ("--set", h)],
                    "--steps", "2", "--warmup", "1", "--remeasure", "0", "--budget-minutes", "5",

@@ -1,4 +1,5 @@
-"""The memory model and the fit-first search: pure parts, no workers."""
+"""The memory model and how the search meets a memory budget: pure parts, no workers (the
+anytime strategy against a pretend device)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from strategies.registry import Capabilities
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui import format as fmt
 from tuner_tui.engine.search import (
-    History, SearchOutcome, StagedSearch, default_space, explain, report,
+    AnytimeSearch, History, SearchOutcome, default_space, explain, report,
 )
 from tuner_tui.engine.search.driver import check_devices
 from tuner_tui.engine.search.memory import (
@@ -94,24 +95,24 @@ def test_the_space_halves_the_micro_batch_down_to_one_and_canonicalises():
     assert default_space(CPU, 6).micro_batches(config.replace(batch_size=6)) == [0, 3, 1]
 
 
-def _simulate(space, budget, peak_of, speed_of, limit_rounds=40):
-    """Run the staged search against a pretend device: a configuration whose peak exceeds the
-    device's memory runs out of memory, one over the budget is measured over it; skipped where
-    the driver would skip it (its estimate clearly over the budget)."""
-    strategy, history = StagedSearch(space), History(space, budget_bytes=budget)
+def _simulate(space, budget, peak_of, speed_of, limit=60, device="cpu"):
+    """Run the anytime strategy (no time budget: until no move is expected to pay) against a
+    pretend device whose peaks and speeds `peak_of` and `speed_of` give."""
+    from tuner_tui.engine.search.priors import Context
+
+    strategy = AnytimeSearch(space, Context(device, False, space.default_batch),
+                             budget_bytes=budget)
+    history = History(space, budget_bytes=budget)
     tried = []
-    for _ in range(limit_rounds):
-        batch = strategy.propose(history)
-        if not batch:
+    for _ in range(limit):
+        proposal = strategy.next(history)
+        if proposal is None:
             break
-        for c in batch:
-            guess = estimate(c, history.all(), space.default_batch)
-            if (guess is not None and guess.certain and guess.total > budget * SKIP_MARGIN
-                    and not strategy.must_run(c)):
-                history.add(c, TrialResult(config=c.to_dict(), label=c.label(), status="skipped"))
-                continue
-            tried.append(c)
-            history.add(c, _row(c, peak_of(c), speed_of(c)))
+        c = proposal.config
+        tried.append(c)
+        result = _row(c, peak_of(c), speed_of(c))
+        history.add(c, result)
+        strategy.observe(c, result, 1.0, history)
     return strategy, history, tried
 
 
@@ -156,42 +157,39 @@ def _lever_model():
     return peak, speed
 
 
-def test_when_the_baseline_does_not_fit_the_search_climbs_down_the_ladder_and_back_up():
-    space = default_space(CPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
-                                         "optimizer": "plain"})
+def test_when_the_baseline_does_not_fit_the_expert_recipe_is_made_to_fit_and_climbs():
+    space = default_space(GPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
+                                         "optimizer": "plain", "fused_kernels": ()})
     peak, speed = _lever_model()
     budget = 6 * N + 8 * 18 * MiB  # bf16 weights, 8-bit state and some checkpointing
-    strategy, history, tried = _simulate(space, budget, peak, speed)
+    strategy, history, tried = _simulate(space, budget, peak, speed, device="cuda")
     baseline = history.get(space.start())
     assert baseline.peak_memory_bytes > budget
-    ladder = strategy.fit_ladder()
-    assert tried[1] == ladder[0]  # right after the baseline: the cheapest levers
-    assert ladder[0].weights == "bf16" and ladder[0].optimizer_state == "bf16"
-    assert ladder[0].checkpointing == "off" and not ladder[0].micro_batch_size
-    floor = strategy.floors()[0]
-    assert floor == ladder[len(ladder) - len(strategy.floors())]
-    assert floor.checkpointing == "full" and floor.micro_batch_size == 1
-    assert floor.optimizer_state == "8bit"
+    # Right after the baseline, the expert's recipe, fitted by the memory model from the
+    # baseline's measured peak: bf16, with memory levers until the estimate fits.
+    expert = tried[1]
+    assert expert.precision == "bf16" and expert == strategy.expert
+    assert peak(expert) <= budget
     best = history.best()
     assert best is not None and best.peak_memory_bytes <= budget
-    # it climbed: a larger micro-batch or lighter checkpointing than the floor's
-    assert best.config["micro_batch_size"] != 1 or best.config["checkpointing"] != "full"
-    assert best.tokens_per_s > speed(floor)
+    floor = expert.replace(checkpointing="full", micro_batch_size=1, optimizer_state="8bit",
+                           weights="bf16")
+    assert best.tokens_per_s > speed(floor) and floor not in tried
 
 
-def test_where_a_cheap_lever_fits_the_ladder_stops_there_without_the_floor():
+def test_where_a_cheap_lever_fits_the_search_never_falls_to_the_slow_ones():
     space = default_space(CPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
                                          "optimizer": "plain"})
     peak, speed = _lever_model()
-    ladder = StagedSearch(space).fit_ladder()
-    selective = next(c for c in ladder if c.checkpointing == "selective")
-    assert selective.optimizer_state == "bf16"
+    selective = TuneConfig.from_dict({"attention": "sdpa", "precision": "bf16",
+                                      "weights": "bf16", "optimizer_state": "bf16",
+                                      "checkpointing": "selective"})
     budget = peak(selective)  # bf16 state with selective checkpointing just fits
     strategy, history, tried = _simulate(space, budget, peak, speed)
-    assert selective in tried and ladder[0] in tried
-    assert not any(c in tried for c in strategy.floors())  # never fell to the slow floor
     best = history.best()
     assert best.peak_memory_bytes <= budget and best.config["optimizer_state"] != "8bit"
+    assert best.tokens_per_s >= speed(selective)
+    assert not any(c.checkpointing == "full" and c.micro_batch_size == 1 for c in tried)
 
 
 @pytest.mark.parametrize("over", [1.10, 1.20])
@@ -278,15 +276,14 @@ def test_where_only_fsdp2_fits_the_per_gpu_budget_the_search_shards_first():
     strategy, history, tried = _simulate(space, budget, peak, speed)
     baseline = history.get(space.start())
     assert baseline.peak_memory_bytes > budget  # measured: nothing was known before it
-    sharded = space.start().replace(parallel="fsdp2")
-    assert strategy.fit_ladder()[0] == sharded and tried[1] == sharded  # the first lever
+    assert tried[1].parallel == "fsdp2"  # the expert's recipe shards: the lever that fits
     best = history.best()
     assert best.config["parallel"] == "fsdp2" and best.config["fsdp_reshard"] is True
     assert best.peak_memory_bytes <= budget
-    # FSDP2 without resharding keeps 4N more per rank: skipped by its estimate, never run;
-    # DDP's buckets are not tried around an FSDP2 incumbent.
-    no_reshard = history.get(sharded.replace(fsdp_reshard=False))
-    assert no_reshard.status == "skipped" and sharded.replace(fsdp_reshard=False) not in tried
+    # FSDP2 without resharding keeps 4N more per rank: its estimate says it cannot fit, so it
+    # never runs; nor do DDP's buckets, around an FSDP2 incumbent.
+    sharded = space.canonical(best.tune_config)
+    assert sharded.replace(fsdp_reshard=False) not in tried
     assert not any(c.parallel == "ddp" and c.ddp_bucket_mb != 25 for c in tried)
 
 
@@ -304,13 +301,12 @@ def test_where_both_fit_the_faster_mode_and_knob_win(speeds, winner):
     best = history.best()
     assert (best.config["parallel"], best.config["fsdp_reshard"],
             best.config["ddp_bucket_mb"]) == winner
-    # One round of the modes (FSDP2 with each resharding choice), then the winner's own knobs:
-    # DDP's bucket size where DDP won, FSDP2's bf16 reduce where FSDP2 did.
-    modes = [(c.parallel, c.fsdp_reshard) for c in tried
-             if c.ddp_bucket_mb == 25 and c.fsdp_reduce == "fp32"]
-    assert modes == [("ddp", True), ("fsdp2", True), ("fsdp2", False)]
-    assert any(c.ddp_bucket_mb == 100 for c in tried) is (winner[0] == "ddp")
-    assert any(c.fsdp_reduce == "bf16" for c in tried) is (winner[0] == "fsdp2")
+    # Both modes ran, and the winner's own knob around it.
+    assert {c.parallel for c in tried} == {"ddp", "fsdp2"}
+    if winner[0] == "ddp":
+        assert any(c.ddp_bucket_mb == 100 for c in tried)
+    else:
+        assert any(not c.fsdp_reshard for c in tried)
 
 
 def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won():
@@ -332,7 +328,6 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
     assert reason.startswith("fastest of 2 configurations that ran")
     assert "fsdp2 x2 won: 100 tokens/s" in reason
     assert "ddp x2 peaked at" in reason and "per GPU, over the budget" in reason
-    assert "fsdp2 x2 (no reshard) skipped" in reason
     assert "global batch 8 = 4 per GPU x 1 accumulation step x 2 GPUs" in reason
     outcome.reason = reason
     text = report(outcome)
@@ -354,9 +349,6 @@ def test_several_devices_put_ddp_fsdp2_and_their_knobs_in_the_space():
     fsdp2 = space.start().replace(parallel="fsdp2")
     assert space.canonical(fsdp2.replace(ddp_bucket_mb=100)) == fsdp2
     assert space.contains(space.canonical(fsdp2.replace(ddp_bucket_mb=100, fsdp_reshard=False)))
-    # Sharding is in every rung of the fit ladder, first alone.
-    ladder = StagedSearch(space).fit_ladder()
-    assert ladder[0] == fsdp2 and all(c.parallel == "fsdp2" for c in ladder)
     # A mode the user holds brings only its own knob.
     held = default_space(CPU, 8, fixed={"devices": 2, "parallel": "fsdp2"})
     assert "ddp_bucket_mb" not in dict(held.choices)

@@ -16,7 +16,9 @@ from tuner_tui.engine.profile import (
     CATEGORIES, STEP_MARKER, Activity, categorize, describe, summarize, suggestions,
 )
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
-from tuner_tui.engine.search import History, StagedSearch, default_space
+from strategies.registry import OPTIONS
+from tuner_tui.engine.search import AnytimeSearch, History, default_space
+from tuner_tui.engine.search.priors import Context
 
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
 
@@ -236,25 +238,26 @@ def _measured(config, tokens, bottleneck=None):
                        tokens_per_s=tokens, loss_ok=True, profile=profile)
 
 
-def _stage_order(bottleneck):
-    space = default_space(GPU, 16, choices={"batch_size": ("x1",)})
-    strategy, history = StagedSearch(space), History(space)
-    names = []
-    while batch := strategy.propose(history):
-        names.append(strategy.stage_name())
-        for config in batch:
-            history.add(config, _measured(config, 100.0 if config == space.start() else 50.0,
-                                          bottleneck))
-    return names
+def _next_after(bottleneck):
+    """The move proposed after the baseline and an incumbent profiled with `bottleneck`."""
+    space = default_space(GPU, 16, fixed={"batch_size": 16})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    expert = strategy.next(history).config
+    history.add(expert, _measured(expert, 450e3, bottleneck))
+    return strategy.next(history)
 
 
-def test_the_stages_that_address_the_bottleneck_come_first():
-    usual = _stage_order(None)
-    assert usual[:4] == ["baseline", "precision", "optimizer", "attention"]
-    host = _stage_order("host")
-    assert host[:3] == ["baseline", "optimizer", "compile"]
-    assert sorted(host) == sorted(usual)  # the same stages, in another order
-    assert _stage_order("compute")[:3] == ["baseline", "precision", "attention"]
+def test_moves_that_address_the_bottleneck_weigh_more():
+    plain = _next_after(None)
+    for bottleneck in ("host", "memory", "compute"):
+        weighed = _next_after(bottleneck)
+        addresses = any(bottleneck in OPTIONS[k].search.addresses for k in weighed.keys)
+        if weighed.config == plain.config:
+            assert weighed.score == pytest.approx(plain.score * (1.5 if addresses else 1.0))
+        else:  # another move overtook it: one that addresses the bottleneck
+            assert addresses
 
 
 def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, monkeypatch):
@@ -267,9 +270,12 @@ def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, mo
     monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
     sent = []
 
-    def counting(client, config, plan, *args, **kw):
-        sent.append(plan.profile_steps)
-        return runner.run_one(client, config, plan, *args, **kw)
+    from tuner_tui.engine.search.executor import WorkerExecutor
+
+    class Counting(WorkerExecutor):
+        def run(self, config, plan, *args):
+            sent.append(plan.profile_steps)
+            return super().run(config, plan, *args)
 
     fixed = {"precision": "fp32", "compile_mode": "off", "attention": "manual",
              "checkpointing": "off", "optimizer": "plain", "fused_kernels": (), "batch_size": 0,
@@ -277,9 +283,9 @@ def test_tune_profile_measures_again_a_stored_row_without_a_profile(tmp_path, mo
     store = ResultStore(tmp_path / "results.sqlite3")
 
     def tune(profile_steps):
-        plan = SearchPlan(WorkerSpec(workload="gpt2-tiny", device="cpu"), steps=2,
-                          warmup_steps=1, fixed=fixed, profile_steps=profile_steps)
-        return Search(plan, store, out=io.StringIO(), runner=counting).run()
+        spec = WorkerSpec(workload="gpt2-tiny", device="cpu")
+        plan = SearchPlan(spec, steps=2, warmup_steps=1, fixed=fixed, profile_steps=profile_steps)
+        return Search(plan, store, out=io.StringIO(), executor=Counting(spec)).run()
 
     assert not tune(0).results[0].profile
     profiled = tune(2)

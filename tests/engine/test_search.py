@@ -1,5 +1,6 @@
-"""`gputune tune`: the space, the memory estimate, the staged strategy, and searches on the CPU with
-real workers (no compile: a compiled trial costs ~30 s on the CPU)."""
+"""`gputune tune`: the space, the memory estimate, the anytime strategy's parts, and searches on
+the CPU with real workers, for the wiring (no compile but once: a compiled trial costs ~30 s on
+the CPU). The search's logic is tested by simulation in test_search_simulated.py."""
 
 import dataclasses
 import io
@@ -17,13 +18,16 @@ from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search import (
-    History, Search, SearchPlan, StagedSearch, default_space, estimate_peak,
+    AnytimeSearch, History, Search, SearchPlan, default_space, estimate_peak,
     parse_bytes, parse_choices, pareto_front,
 )
+from tuner_tui.engine.search.executor import WorkerExecutor
+from tuner_tui.engine.search.priors import Context
 from tuner_tui.engine.store import ResultStore
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
-GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200")
+GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200",
+                   fp8=True)
 MiB = 2**20
 MEMORY_LEVERS_HELD = {"weights": "fp32", "optimizer_state": "fp32", "fp8": "off",
                       "micro_batch_size": 0}
@@ -69,15 +73,18 @@ def test_the_space_holds_only_what_the_machine_can_run():
     assert values["precision"] == ("fp32", "bf16")  # tf32 and fp16 need CUDA
     assert values["compile_mode"] == ("off", "default")  # reduce-overhead needs CUDA
     assert "fused_kernels" not in values  # Triton needs a GPU: held at none
-    # The batch the optimizer sees is searched only when asked; the memory levers always.
-    assert "batch_size" not in values
+    # The batch: the workload's and its multiples, climbing on while a doubling pays (the
+    # expert writes the largest that fits); `--set batch_size=N` holds it.
+    assert values["batch_size"] == (0, 16, 32) and default_space(CPU, 8).grow_batch
+    assert "batch_size" not in dict(default_space(CPU, 8, fixed={"batch_size": 8}).choices)
     assert values["weights"] == ("fp32", "bf16")
     assert values["optimizer_state"] == ("fp32", "bf16", "8bit")  # offload needs CUDA
     assert "fp8" not in values  # float8 needs compute capability 8.9
-    asked = dict(default_space(CPU, 8, choices={"batch_size": ("x1", "x2", "x4")}).choices)
-    assert asked["batch_size"] == (0, 16, 32)  # x1 is the default, written 0
+    asked = dict(default_space(CPU, 8, choices={"batch_size": ("x1", "x2")}).choices)
+    assert asked["batch_size"] == (0, 16)  # x1 is the default, written 0
     gpu = dict(default_space(GPU, 16, fixed={"optimizer": "fused"}).choices)
     assert gpu["precision"] == ("fp32", "tf32", "bf16", "fp16") and "optimizer" not in gpu
+    assert gpu["fp8"] == ("off", "tensorwise", "rowwise")
     assert len(gpu["fused_kernels"]) == 3
     start = default_space(GPU, 16, fixed={"optimizer": "fused"}).start()
     assert start.changed() == {"optimizer": "fused"}
@@ -107,97 +114,127 @@ def test_pareto_front_keeps_trials_no_other_beats_on_both():
     assert [r.tokens_per_s for r in pareto_front(rows)] == [100.0, 90.0]
 
 
-def test_staged_search_moves_from_the_best_and_tries_interacting_options_together():
-    space = default_space(GPU, 16, fixed=MEMORY_LEVERS_HELD,
-                          choices={"checkpointing": ("off", "full"), "batch_size": ("x1", "x2")})
-    strategy, history = StagedSearch(space), History(space)
-    speed = {"precision": {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5},
-             "compile_mode": {"off": 1, "default": 1.4, "reduce-overhead": 1.5}}
-    rounds = []
-    while batch := strategy.propose(history):
-        rounds.append(batch)
-        for c in batch:
-            tps = speed["precision"][c.precision] * speed["compile_mode"][c.compile_mode]
-            tps *= 1.1 if c.attention == "sdpa" else 1.0
-            tps *= 0.9 if c.checkpointing == "full" else 1.0
-            history.add(c, _row(tps * 100 * (1.2 if c.batch_size else 1), 1, **c.to_dict()))
-    assert rounds[0] == [space.start()] and space.start().changed() == {}
-    # The batch searched (asked for here) comes right after the baseline: every later stage
-    # compares its candidates at the batch that pays. Every batch size fits without
-    # checkpointing, so checkpointing (which only recomputes) is never tried.
-    assert [(c.batch_size, c.checkpointing) for c in rounds[1]] == [(32, "off")]
-    assert [c.precision for c in rounds[2]] == ["tf32", "bf16", "fp16"]
-    assert [c.optimizer for c in rounds[3]] == ["foreach", "fused"]
-    assert rounds[4] == [TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
-                                               "batch_size": 32})]
-    compile_round = {(c.compile_mode, c.compile_scope) for c in rounds[5]}
-    assert compile_round == {("default", "model"), ("default", "block"),
-                             ("reduce-overhead", "model"), ("reduce-overhead", "block")}
-    # The memory stage again around the new incumbent: the other batch size, no checkpointing.
-    assert [(c.batch_size, c.checkpointing) for c in rounds[6]] == [(0, "off")]
-    kernels = rounds[7]  # with the winning compile mode first, then in eager, at batch 32
-    assert [c.compile_mode for c in kernels] == ["reduce-overhead", "off", "off"]
-    # Under compile, a set of kernels that Inductor fuses itself swaps nothing: the same run as
-    # no kernels, so only the set with a loss kernel is tried there. (No kernels in eager at
-    # batch 32 was measured by the attention stage.)
-    assert kernels[0].effective_kernels() == ("linear_cross_entropy",)
-    assert [bool(c.fused_kernels) for c in kernels[1:]] == [True, True]
-    assert {c.batch_size for c in kernels} == {32}
-    assert len(rounds) == 8
-    best = history.best()
-    assert best.config["batch_size"] == 32 and best.config["checkpointing"] == "off"
-    assert strategy.remaining(history) == 0
+def _measured(config: TuneConfig, tokens_per_s: float, peak: int = 1, **extra) -> TrialResult:
+    return dataclasses.replace(_row(tokens_per_s, peak, **config.to_dict()), step_ms=100.0,
+                               **extra)
 
 
-def test_checkpointing_is_tried_only_where_a_batch_does_not_fit_cheapest_mode_first():
-    space = default_space(GPU, 16, fixed={"precision": "bf16", "attention": "sdpa",
-                                          "compile_mode": "off", "optimizer": "fused",
-                                          "fused_kernels": (), **MEMORY_LEVERS_HELD},
-                          choices={"batch_size": ("x1", "x2", "x4")})
-    assert space.values("checkpointing") == ("off", "selective", "every-n", "full")
-    strategy, history = StagedSearch(space), History(space, budget_bytes=80 * MiB)
-    # Peak per sample: 3 MiB without checkpointing, 2 selective, 1.5 every-n, 1 full. The
-    # budget (80 MiB) holds batch 16 plainly, batch 32 with selective and batch 64 only with
-    # full; a run over the budget is an OOM, as on a GPU of that size.
-    per_sample = {"off": 3, "selective": 2, "every-n": 1.5, "full": 1}
-    rounds = []
-    while batch := strategy.propose(history):
-        rounds.append([(c.batch_size, c.checkpointing) for c in batch])
-        assert strategy.stage_name() in {name for name, _ in StagedSearch.STAGES}
-        for c in batch:
-            n = c.batch_size or 16
-            peak = int(per_sample[c.checkpointing] * n * MiB)
-            if peak > 80 * MiB:
-                history.add(c, _row(status="oom", **c.to_dict()))
-            else:
-                history.add(c, _row(n * {"off": 10, "selective": 9.5, "every-n": 9,
-                                          "full": 8}[c.checkpointing], peak, **c.to_dict()))
-    assert rounds == [
-        [(0, "off")],
-        [(32, "off"), (64, "off")],
-        [(32, "selective"), (64, "selective")],
-        [(64, "every-n")],
-        [(64, "full")],
-    ]
-    assert strategy.stage_name() == StagedSearch.MEMORY_STAGE
-    best = history.best()
-    assert (best.config["batch_size"], best.config["checkpointing"]) == (64, "full")
+def test_the_expert_recipe_is_what_an_expert_writes_for_the_machine_and_model():
+    space = default_space(GPU, 16)
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    small = AnytimeSearch(space, Context("cuda", large=False, default_batch=16)).next(history)
+    assert small.why == "the expert's recipe"
+    recipe = small.config
+    assert (recipe.precision, recipe.attention, recipe.optimizer, recipe.weights) == (
+        "bf16", "sdpa", "fused", "fp32")
+    assert recipe.compile_mode != "off" and recipe.fused_kernels == ("linear_cross_entropy",)
+    assert recipe.fp8 == "off" and recipe.checkpointing == "off"
+    # On a model of a billion parameters or more: bf16 weights and float8 pay (the priors say).
+    large = AnytimeSearch(space, Context("cuda", large=True, default_batch=16)).next(history)
+    assert large.config.weights == "bf16" and large.config.fp8 == "tensorwise"
+    # On the CPU: no half precision, no kernels (Triton's interpreter), SDPA.
+    cpu = default_space(CPU, 8)
+    history = History(cpu)
+    history.add(cpu.start(), _measured(cpu.start(), 5e3))
+    on_cpu = AnytimeSearch(cpu, Context("cpu", default_batch=8)).next(history).config
+    assert on_cpu.precision == "fp32" and on_cpu.attention == "sdpa" and not on_cpu.fused_kernels
+
+
+def test_after_the_recipe_each_next_trial_is_a_move_from_the_best_weighed_by_its_cost():
+    space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    expert = strategy.next(history).config
+    history.add(expert, _measured(expert, 480e3, compile_s=25.0))
+    strategy.observe(expert, history.get(expert), 40.0, history)
+    proposal = strategy.next(history)
+    assert proposal.parent == expert and proposal.keys and proposal.mean is not None
+    assert proposal.why.startswith("move ")
+    # A move that failed to compile is not proposed again, and the values it brought are blamed
+    # (the expert's, which ran, far less): another configuration with them is less likely.
+    before = strategy.priors.chance_it_works(proposal.config)
+    history.add(proposal.config, TrialResult(config=proposal.config.to_dict(),
+                                             label=proposal.config.label(), status="compile",
+                                             message="compile failed"))
+    strategy.observe(proposal.config, history.get(proposal.config), 30.0, history)
+    assert strategy.next(history).config != proposal.config
+    assert strategy.priors.chance_it_works(proposal.config) < 0.7 * before
+    assert strategy.priors.chance_it_works(expert) > 0.9
+
+
+def test_a_compared_configuration_counts_as_measured_and_is_never_run_again():
+    space = default_space(GPU, 16, fixed={"batch_size": 16})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
+    history = History(space)
+    compared = strategy_expert = None
+    history.add(space.start(), _measured(space.start(), 50e3))
+    strategy_expert = AnytimeSearch(space, Context("cuda", default_batch=16)).next(history).config
+    compared = strategy_expert  # the user already trains with the expert's recipe
+    history.add(compared, _measured(compared, 500e3))
+    assert history.best().config == compared.to_dict()
+    for _ in range(5):
+        proposal = strategy.next(history)
+        assert proposal is not None and proposal.config != compared
+        history.add(proposal.config, _measured(proposal.config, 400e3))
+
+
+def test_the_batch_climbs_while_it_pays_and_memory_ends_the_climb():
+    fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
+             "optimizer": "fused", "fused_kernels": (), "checkpointing": "off",
+             **MEMORY_LEVERS_HELD}
+    space = default_space(GPU, 16, fixed=fixed)
+    assert space.values("batch_size") == (0, 32, 64) and space.grow_batch
+    # Throughput per batch: rising to 256; 512 runs out of memory.
+    speed = {16: 100, 32: 110, 64: 120, 128: 130, 256: 134, 512: 140}
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16), budget_bytes=2**40)
+    history = History(space, budget_bytes=2**40)
+    tried = []
+    for _ in range(30):
+        proposal = strategy.next(history)
+        if proposal is None:
+            break
+        c = proposal.config
+        n = c.batch_size or 16
+        tried.append(n)
+        row = (TrialResult(config=c.to_dict(), label=c.label(), status="oom") if n >= 512
+               else _measured(c, speed[n] * 1e3, n * MiB))
+        history.add(c, row)
+        strategy.observe(c, row, 5.0, history)
+    assert history.best().config["batch_size"] == 256
+    assert 256 in tried and tried.count(512) <= 1  # one out-of-memory, never again
+    # A grown batch lies in the space (it can be recommended); an arbitrary one does not, nor
+    # one past MAX_GROWTH times the default.
+    assert space.contains(TuneConfig.from_dict({**fixed, "batch_size": 256}))
+    assert not space.contains(TuneConfig.from_dict({**fixed, "batch_size": 96}))
+    assert not space.contains(TuneConfig.from_dict({**fixed, "batch_size": 512}))
+    listed = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2")})
+    assert not listed.grow_batch
+
+
+def test_a_held_option_that_needs_another_value_of_a_searched_one_starts_from_it():
+    """`tune --set weights=bf16` needs precision = bf16, which the search holds too: the
+    baseline takes the first precision the rules accept, not a refusal (exit 2)."""
+    space = default_space(GPU, 16, fixed={"weights": "bf16"})
+    assert space.start().precision == "bf16" and space.start().weights == "bf16"
 
 
 # -- searches with real workers -------------------------------------------------------------------
 
 
-class CountingRunner:
-    """runner.run_one, counting the configurations that were really sent to a worker."""
+class CountingExecutor(WorkerExecutor):
+    """The real executor (fresh workers), counting the configurations really sent to one."""
 
-    def __init__(self):
+    def __init__(self, spec):
+        super().__init__(spec)
         self.sent: list[dict] = []
         self.steps: list[int] = []
 
-    def __call__(self, client, config, plan, reference, progress, **kw):
+    def run(self, config, plan, *args):
         self.sent.append(config.to_dict())
         self.steps.append(plan.steps)
-        return runner.run_one(client, config, plan, reference, progress, **kw)
+        return super().run(config, plan, *args)
 
 
 @pytest.fixture
@@ -206,20 +243,23 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-def _search(store, runner, **plan):
+def _search(store, **plan):
+    """A search on the CPU with real workers; (outcome, its printed log, the executor)."""
     spec = WorkerSpec(workload=plan.pop("workload", "gpt2-tiny"), device="cpu",
-                      fault_injection=plan.pop("fault", None))
+                      fault_injection=plan.pop("fault", None),
+                      environ=tuple(search.compile_cache_environ().items()))
     # Fused kernels are held off: tests run Triton's interpreter (TRITON_INTERPRET=1), slowly.
     fixed = {"compile_mode": "off", "attention": "manual", "checkpointing": "off",
-             "optimizer": "plain", "fused_kernels": (), **MEMORY_LEVERS_HELD}
+             "optimizer": "plain", "fused_kernels": (), "batch_size": 0, **MEMORY_LEVERS_HELD}
     fixed = {k: v for k, v in fixed.items() if k not in plan.get("choices", {})}
     # The leaders' interleaved re-measurement is off unless a test asks (test_noise.py does).
     plan = SearchPlan(spec, steps=plan.pop("steps", 2), warmup_steps=1,
                       fixed={**fixed, **plan.pop("fixed", {})},
                       remeasure_repeats=plan.pop("remeasure_repeats", 0), **plan)
     out = io.StringIO()
-    outcome = Search(plan, store, out=out, runner=runner).run()
-    return outcome, out.getvalue()
+    executor = CountingExecutor(spec)
+    outcome = Search(plan, store, out=out, executor=executor).run()
+    return outcome, out.getvalue(), executor
 
 
 def test_a_compared_file_without_a_batch_trains_at_the_runs_batch(home):
@@ -228,8 +268,8 @@ def test_a_compared_file_without_a_batch_trains_at_the_runs_batch(home):
     store = ResultStore(home / "results.sqlite3")
     silent = TuneConfig.from_dict({"precision": "fp32", "optimizer": "foreach"})
     named = TuneConfig.from_dict({"precision": "fp32", "optimizer": "foreach", "batch_size": 1})
-    outcome, _ = _search(store, CountingRunner(), compare=[silent, named],
-                         choices={"precision": ("fp32",)}, fixed={"batch_size": 3})
+    outcome, _, _ = _search(store, compare=[silent, named], choices={"precision": ("fp32",)},
+                            fixed={"batch_size": 3})
     store.close()
     assert [r.batch_size for r in outcome.compared] == [3, 1]
     assert [r.config["batch_size"] for r in outcome.compared] == [3, 1]
@@ -239,84 +279,56 @@ def test_the_first_candidate_is_estimated_from_the_reference_run_before_it(home)
     """Seen on the H200: the fp32 reference at the run's batch ran first, for its losses, and
     the search's first candidate, estimated before it, had no memory estimate at all."""
     store = ResultStore(home / "results.sqlite3")
-    outcome, _ = _search(store, CountingRunner(), choices={"optimizer": ("plain", "foreach")},
-                         fixed={"precision": "bf16", "batch_size": 3})
+    outcome, _, _ = _search(store, choices={"optimizer": ("plain", "foreach")},
+                            fixed={"precision": "bf16", "batch_size": 3})
     store.close()
     first, *_ = [r for r in outcome.results if r.config["precision"] == "bf16"]
     assert first.memory_estimate is not None and first.memory_estimate["total"] > 0
 
 
-def test_search_ranks_respects_the_memory_budget_and_reuses_the_store(home):
+def test_search_ranks_and_reuses_the_store(home):
     store = ResultStore(home / "results.sqlite3")
-    runner = CountingRunner()
-    huge = 1_000_000  # a batch that would need far more than 4 GiB
-    outcome, log = _search(store, runner, max_memory_bytes=4 * 2**30,
-                           choices={"precision": ("fp32", "bf16"), "batch_size": ("x1", huge)})
-    labels = {r.label for r in outcome.results}
-    best = outcome.recommendation.label
-    # The batch searched is tried right after the baseline (fp32) and again around the best.
-    assert labels == {"fp32", "bf16"} | {f"{p} + batch {huge}" for p in ("fp32", best)}
-    skipped = [r for r in outcome.results if r.status == "skipped"]
-    assert len(skipped) == len(labels) - 2
-    assert all("memory budget" in r.message for r in skipped)
-    # Over-budget trials never reached a worker, nor did their fp32 references, nor the store.
-    assert [c["batch_size"] for c in runner.sent] == [0, 0]
-    assert all(s.config["batch_size"] == 0 for s in store.past())
-    assert outcome.ran == 2 and outcome.skipped == len(skipped) and len(store) == 2
+    outcome, log, executor = _search(store, choices={"precision": ("fp32", "bf16")})
+    labels = [r.label for r in outcome.results]
+    assert labels == ["fp32", "bf16"]  # the baseline, then the one move there is
+    assert outcome.timeline[0]["why"] == "the fp32 eager baseline"
+    assert outcome.ran == 2 and len(store) == 2 and len(executor.sent) == 2
     # Ranked: eligible trials by throughput, then the rest; the winner kept the loss.
     ok = [r for r in outcome.ranked if r.status == "ok"]
     assert ok == sorted(ok, key=lambda r: -r.tokens_per_s)
-    assert outcome.ranked[-1].status == "skipped" and outcome.eligible == 2
     assert outcome.recommendation is ok[0] and outcome.recommendation.loss_ok is not False
     assert outcome.front and outcome.front[0] is ok[0]
     assert "fastest of 2 configurations" in outcome.reason
-    assert "[1/" in log and "elapsed" in log and "best " in log
+    assert "[1/" in log and "best " in log and "the fp32 eager baseline" in log
 
-    again = CountingRunner()
-    outcome2, log2 = _search(store, again, max_memory_bytes=4 * 2**30,
-                             choices={"precision": ("fp32", "bf16"), "batch_size": ("x1", huge)})
-    assert again.sent == []  # nothing measured twice
-    assert outcome2.reused == 2 and outcome2.skipped == len(skipped) and outcome2.ran == 0
-    assert log2.count("skipped as measured") == 2
-    assert outcome2.recommendation.config == outcome.recommendation.config
-    path = search.export(outcome2, home / "gputune.toml")
+    # Again, on the same store: nothing is measured twice. (What the first search measured also
+    # taught the priors: a move it found slower may not be proposed again.)
+    outcome2, log2, again = _search(store, choices={"precision": ("fp32", "bf16")})
+    assert again.sent == [] and outcome2.ran == 0
+    assert outcome2.reused >= 1 and log2.count("skipped as measured") == outcome2.reused
+    first = {r.label: r.tokens_per_s for r in outcome.results}
+    assert all(first[r.label] == r.tokens_per_s for r in outcome2.results)
+    path = search.export(outcome, home / "gputune.toml")
     assert load(path).to_dict() == outcome.recommendation.config
     store.close()
 
 
 def test_an_oom_is_recorded_and_the_search_goes_on(home):
     store = ResultStore(home / "results.sqlite3")
-    runner = CountingRunner()
-    outcome, log = _search(store, runner, fault="oom-above:8", max_memory_bytes=2**40,
-                           choices={"batch_size": ("x1", "x2"), "optimizer": ("plain", "foreach")},
-                           fixed={"precision": "fp32"})
+    outcome, log, executor = _search(
+        store, fault="oom-above:8", max_memory_bytes=2**40,
+        choices={"batch_size": ("x1", "x2"), "optimizer": ("plain", "foreach")},
+        fixed={"precision": "fp32"})
     statuses = [(r.config["batch_size"], r.status) for r in outcome.results]
-    # The batch searched comes right after the baseline: its OOM is recorded and the search
-    # goes on to the other stages (the optimizer's trials at batch 8 ran).
+    # The expert's recipe takes the larger batch, which runs out of memory: recorded, and the
+    # search goes on at the batch that fits, never trying the one that did not fit again.
     assert statuses[0] == (0, "ok") and (16, "oom") in statuses
-    assert statuses.count((0, "ok")) >= 2
-    assert set(statuses) == {(0, "ok"), (16, "oom")}
-    assert [c["batch_size"] for c in runner.sent].count(16) == statuses.count((16, "oom"))
+    assert statuses.count((16, "oom")) == 1
+    assert [c["batch_size"] for c in executor.sent].count(16) == 1
     assert "out of memory" in log
     assert outcome.recommendation is not None and outcome.recommendation.batch_size == 8
     stored = {(s.config["batch_size"], s.result.status) for s in store.past()}
     assert (16, "oom") in stored
-    store.close()
-
-
-def test_the_reference_of_a_larger_batch_runs_only_the_steps_the_loss_check_compares(home):
-    store = ResultStore(home / "results.sqlite3")
-    runner = CountingRunner()
-    outcome, _ = _search(store, runner, choices={"batch_size": ("x1", "x2")},
-                         fixed={"precision": "bf16"}, steps=12)
-    sent = [(c["precision"], c["batch_size"], n) for c, n in zip(runner.sent, runner.steps)]
-    # The fp32 reference at the start's batch (8) is also the baseline: full length. The one at
-    # batch 16 stops at the loss check's 8 steps (1 warm-up + 7 measured).
-    assert sent == [("fp32", 0, 12), ("bf16", 0, 12),
-                    ("fp32", 16, LOSS_CHECK_STEPS - 1), ("bf16", 16, 12)]
-    checked = next(r for r in outcome.results if r.config["precision"] == "bf16"
-                   and r.batch_size == 16)
-    assert checked.loss_ok is True and checked.loss_max_rel_error is not None
     store.close()
 
 
@@ -331,8 +343,8 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
              "batch_size": 0}
     # A small MLP: what is checked is the cache and the compile time, not the model (a CPU
     # compile of it takes a few seconds, of gpt2-tiny twenty).
-    outcome, log = _search(store, CountingRunner(), fixed=fixed, max_memory_bytes=2**40,
-                           workload="tests.engine.user_workloads:tiny_mlp")
+    outcome, log, _ = _search(store, fixed=fixed, max_memory_bytes=2**40,
+                              workload="tests.engine.user_workloads:tiny_mlp")
     # The fp32 eager reference runs first (the losses to check against), then the compiled one.
     # It is the same reference bench and the worker use: TuneConfig.reference, with SDPA, which
     # an MLP has no use for: its label leaves it out.
@@ -375,7 +387,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
             "--search", "precision=fp32,bf16", "--set", "compile_mode=off",
             "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
             "--set", "attention=manual", "--set", "fused_kernels=",
-            "--set", "weights=fp32", "--set", "optimizer_state=fp32",
+            "--set", "weights=fp32", "--set", "optimizer_state=fp32", "--set", "micro_batch_size=0",
             "--out", str(out), "--json", str(js), "--format", "hf",
             "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB"]
     proc = gputune(*args)
@@ -435,80 +447,6 @@ def test_compile_cache_is_shared_under_the_home_unless_the_user_set_one(home, mo
     assert "TORCHINDUCTOR_CACHE_DIR" not in search.compile_cache_environ()
 
 
-def test_a_compared_configuration_steers_the_stages_only_once_they_reach_it():
-    # `tune --compare` measures the user's compiled configuration first. The early stages
-    # still vary precision and attention in eager (seconds a trial, not a compile each), and
-    # the compared run is not measured again when the compile stage reaches it.
-    space = default_space(GPU, 16, fixed=MEMORY_LEVERS_HELD,
-                          choices={"checkpointing": ("off",), "batch_size": ("x1",),
-                                   "fused_kernels": ((),)})
-    strategy, history = StagedSearch(space), History(space)
-    compared = TuneConfig.from_dict({"precision": "bf16", "attention": "sdpa",
-                                     "compile_mode": "default", "optimizer": "fused"})
-    history.add(compared, _row(1000, 1, **compared.to_dict()), aside=True)
-    assert history.best().config == compared.to_dict()  # ranked like any other trial
-    assert history.steering_best() is None
-    rounds = []
-    while batch := strategy.propose(history):
-        rounds.append(batch)
-        for c in batch:
-            assert c != compared
-            speed = {"fp32": 1, "tf32": 2, "bf16": 3, "fp16": 2.5}[c.precision]
-            speed *= 1.1 if c.attention == "sdpa" else 1.0
-            speed *= 1.4 if c.compile_mode != "off" else 1.0
-            speed *= 1.05 if c.optimizer == "fused" else 1.0
-            history.add(c, _row(speed * 100, 1, **c.to_dict()))
-    assert rounds[0] == [space.start()]
-    assert all(c.compile_mode == "off" for r in rounds[:4] for c in r)
-    assert not history.aside  # the compile stage reached it and adopted it
-    assert history.steering_best().config == compared.to_dict()
-
-
-def test_the_batch_size_climbs_past_the_space_while_it_pays_and_memory_ends_the_climb():
-    fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
-             "optimizer": "fused", "fused_kernels": (), **MEMORY_LEVERS_HELD}
-    space = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2", "x4", "...")})
-    assert space.values("batch_size") == (0, 32, 64) and space.grow_batch
-    # Throughput per batch: rising to 256, then flat; 512 runs out of memory unless
-    # checkpointed, and 1024 is never reached (the gain stopped).
-    speed = {16: 100, 32: 110, 64: 120, 128: 130, 256: 134, 512: 134.5}
-    strategy, history = StagedSearch(space), History(space, budget_bytes=2**40)
-    tried = []
-    while batch := strategy.propose(history):
-        for c in batch:
-            n = c.batch_size or 16
-            tried.append((n, c.checkpointing))
-            if n >= 512 and c.checkpointing == "off":
-                history.add(c, _row(status="oom", **c.to_dict()))
-            else:
-                history.add(c, _row(speed[n] * (0.95 if c.checkpointing != "off" else 1),
-                                    n * MiB, **c.to_dict()))
-    assert tried == [(16, "off"), (32, "off"), (64, "off"), (128, "off"), (256, "off"),
-                     (512, "off"), (512, "selective")]
-    assert history.best().config["batch_size"] == 256
-    # A grown batch lies in the space (it can be recommended); an arbitrary one does not.
-    assert space.contains(TuneConfig.from_dict({**fixed, "batch_size": 256}))
-    assert not space.contains(TuneConfig.from_dict({**fixed, "batch_size": 96}))
-    # Batch sizes the user lists are the whole set.
-    listed = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2")})
-    assert not listed.grow_batch
-
-
-def test_the_batch_size_does_not_climb_when_the_largest_did_not_pay():
-    fixed = {"precision": "bf16", "attention": "sdpa", "compile_mode": "off",
-             "optimizer": "fused", "fused_kernels": (), **MEMORY_LEVERS_HELD}
-    space = default_space(GPU, 16, fixed=fixed, choices={"batch_size": ("x1", "x2", "x4", "...")})
-    strategy, history = StagedSearch(space), History(space, budget_bytes=2**40)
-    speed = {16: 100, 32: 105, 64: 106}  # 64 beat 32 by 1%: below the 2% that pays a climb
-    tried = []
-    while batch := strategy.propose(history):
-        for c in batch:
-            n = c.batch_size or 16
-            tried.append(n)
-            history.add(c, _row(speed[n], n * MiB, **c.to_dict()))
-    assert tried == [16, 32, 64]
-
-
 def test_a_reference_over_the_budget_runs_where_the_device_holds_it(home):
     """The fp32 reference at batch 16 is over the budget (by estimate), but a reference is run
     for its losses, not recommended: the device (this machine's memory) holds it, so it runs and
@@ -517,7 +455,11 @@ def test_a_reference_over_the_budget_runs_where_the_device_holds_it(home):
     MiB_per_sample = {("fp32", "off"): 4, ("fp32", "full"): 1, ("bf16", "off"): 2}
     sent = []
 
-    def runner(client, config, plan, reference, progress, **kw):
+    class FakeRuns(WorkerExecutor):  # a real worker describes the machine; the runs are fake
+        def run(self, config, plan, reference, *args):
+            return runner(config, plan, reference)
+
+    def runner(config, plan, reference):
         batch = config.batch_size or 8
         sent.append((config.precision, config.checkpointing, batch))
         losses = tuple(5.0 - 0.1 * i for i in range(plan.warmup_steps + plan.steps))
@@ -535,9 +477,11 @@ def test_a_reference_over_the_budget_runs_where_the_device_holds_it(home):
     plan = SearchPlan(spec, steps=2, warmup_steps=1, max_memory_bytes=50 * MiB,
                       fixed={"precision": "bf16", "attention": "manual", "compile_mode": "off",
                              "optimizer": "plain", "fused_kernels": (), **MEMORY_LEVERS_HELD},
-                      choices={"batch_size": ("x1", "x2")}, remeasure_repeats=0)
-    outcome = Search(plan, store, out=io.StringIO(), runner=runner).run()
-    assert sent == [("fp32", "off", 8), ("bf16", "off", 8), ("fp32", "off", 16), ("bf16", "off", 16)]
+                      choices={"batch_size": ("x2",)}, remeasure_repeats=0)
+    outcome = Search(plan, store, out=io.StringIO(), executor=FakeRuns(spec)).run()
+    # The baseline at the run's batch (16) is bf16: the reference there runs first, over the
+    # budget (64 MiB) but not over what the device holds.
+    assert sent[:2] == [("fp32", "off", 16), ("bf16", "off", 16)]
     best = outcome.recommendation
     assert best.batch_size == 16 and best.loss_ok is True
     store.close()

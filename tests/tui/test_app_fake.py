@@ -542,11 +542,14 @@ async def test_search_walks_the_options_and_applies_the_best():
         await wait_for(pilot, lambda: app.session.worker_state == "running" and app.session.current_result())
         labels = [r.result.label for r in app.session.rows]
         searched = labels[:-1]  # the last row is the winner, applied again at the end
-        assert len(searched) > 10 and len(searched) == len(set(searched))
-        best = max(app.session.rows, key=lambda r: r.result.tokens_per_s)
+        assert len(searched) >= 3 and len(searched) == len(set(searched))
+        fastest = max(r.result.tokens_per_s for r in app.session.rows)
         sent = applied(workers[0])[-1]
-        assert sent == best.result.config and labels[-1] == best.result.label
-        assert TuneConfig.from_dict(sent).precision == "fp16" and sent["compile_mode"] != "off"
+        # The winner (the simpler of those tied with the fastest) is applied again at the end.
+        winner = next(r for r in app.session.rows if r.result.config == sent)
+        assert winner.result.tokens_per_s == fastest and labels[-1] == winner.result.label
+        assert TuneConfig.from_dict(sent).precision in ("bf16", "fp16")
+        assert sent["compile_mode"] != "off"
         assert app.leaderboard.sort_column == "tokens"
         assert any("search over" in (n.title or "") for n in app._notifications)
 

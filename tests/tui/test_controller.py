@@ -168,12 +168,15 @@ def test_the_search_walks_the_space_applies_the_best_and_stops_on_a_choice_by_ha
     h.pump()
     assert h.controller.search is None  # the fake worker answers at once: the search ran to its end
     searched = h.labels[:-1]
-    assert len(searched) > 10 and len(searched) == len(set(searched))
-    best = max(h.session.rows, key=lambda r: r.result.tokens_per_s)
-    assert h.sent()[-1] == best.result.config and h.screen.ranked
+    assert len(searched) >= 3 and len(searched) == len(set(searched))
+    fastest = max(r.result.tokens_per_s for r in h.session.rows)
+    best = next(r for r in h.session.rows if r.result.config == h.sent()[-1])
+    assert best.result.tokens_per_s == fastest and h.screen.ranked  # the simpler of a tie
     assert h.screen.shown[-1] == TuneConfig.from_dict(best.result.config)
     assert h.session.search_note == ""
 
+    h = Harness(caps=GPU_CAPS, steps=3)  # a search under way, then a choice by hand
+    h.start_worker()
     h.controller.queue.append(TuneConfig())
     h.controller.toggle_search()
     assert h.controller.search is not None and h.controller.queue == []

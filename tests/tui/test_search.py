@@ -1,4 +1,4 @@
-"""The dashboard's search: the engine's staged search fed with leaderboard results."""
+"""The dashboard's search: the engine's anytime search fed with leaderboard results."""
 
 from __future__ import annotations
 
@@ -24,11 +24,15 @@ def run(search: LiveSearch, results=None, fail=lambda c: None, limit: int = 400)
     raise AssertionError("the search did not end")
 
 
-def test_search_on_a_gpu_ends_on_the_fastest_and_never_repeats():
+def test_search_on_a_gpu_ends_near_the_fastest_and_never_repeats():
     search = LiveSearch(GPU_CAPS, default_batch=8)
     results = run(search)
     best = search.best
-    assert best.precision == "fp16" and best.compile_mode != "off" and best.attention == "sdpa"
+    # The fake's fastest is fp16 + compile + SDPA + a fused AdamW; bf16 there is 4.5% behind,
+    # within what the priors expect between the two, so either may end the search.
+    assert best.precision in ("bf16", "fp16") and best.compile_mode != "off"
+    assert best.attention == "sdpa" and best.optimizer != "plain"
+    assert search.best_tokens >= 0.95 * 10_000 * 2.2 * 1.35 * 1.2 * 1.05
     keys = [str(sorted(r.config.items())) for r in results]
     assert len(keys) == len(set(keys))
     assert results[0].config == TuneConfig().to_dict()  # the baseline first
@@ -46,11 +50,13 @@ def test_rows_measured_by_hand_are_not_run_again_and_cpu_limits_hold():
 
 def test_failed_runs_never_win():
     search = LiveSearch(GPU_CAPS, default_batch=8)
-    run(search, fail=lambda c: "diverged" if c.precision == "fp16" else None)
-    assert search.best.precision == "bf16"
+    results = run(search, fail=lambda c: "diverged" if c.precision == "bf16" else None)
+    assert search.best.precision != "bf16"
+    # The failures are blamed on bf16, the one value they share: the search moves on to fp16.
+    assert any(r.config["precision"] == "fp16" and r.status == "ok" for r in results)
 
 
 def test_progress_estimate_from_the_start():
     search = LiveSearch(GPU_CAPS, default_batch=8)
     assert search.propose([]) == TuneConfig()
-    assert search.planned > 10 and search.current
+    assert search.planned >= 1 and search.current == "the fp32 eager baseline"

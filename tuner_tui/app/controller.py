@@ -186,7 +186,7 @@ class Controller:
 
     # -- automatic search ------------------------------------------------------------------------
     def toggle_search(self) -> None:
-        """Start the search (the engine's staged search, trial by trial on this worker), or stop
+        """Start the search (the engine's anytime search, trial by trial on this worker), or stop
         it. Rows measured so far count as trials already done."""
         if self.search is not None:
             self.stop_search("stopped")

@@ -1,8 +1,9 @@
 """The dashboard's automatic search (key t): `gputune tune`'s search strategy on the live run.
 
-The space, the stages and the choice of the best are the engine's (`tuner_tui.engine.search`:
-`default_space`, `StagedSearch`, `History`), so the dashboard and `gputune tune` search the same
-way. What differs is where a trial runs: here each proposal is an ApplyConfig to the dashboard's
+The space, the strategy and the choice of the best are the engine's (`tuner_tui.engine.search`:
+`default_space`, `AnytimeSearch`, `History`), so the dashboard and `gputune tune` search the same
+way: the baseline, the expert's recipe, then the move expected to gain the most per second,
+until none is expected to gain more than a fraction of a percent. What differs is where a trial runs: here each proposal is an ApplyConfig to the dashboard's
 worker, and its leaderboard row is the result. Rows measured before the search (by hand) count
 as trials already done. Torch-free; the engine's search module is imported when a search starts.
 """
@@ -27,11 +28,13 @@ class LiveSearch:
         strategy_factory: Callable[[Any], Any] | None = None,
     ) -> None:
         from tuner_tui.engine import search as engine
+        from tuner_tui.engine.search.priors import Context
 
         self._engine = engine
         self.space = engine.default_space(capabilities, default_batch)
         self.history = engine.History(self.space)
-        self.strategy = (strategy_factory or engine.StagedSearch)(self.space)
+        self.strategy = (strategy_factory or (lambda space: engine.AnytimeSearch(
+            space, Context(capabilities.device, False, default_batch))))(self.space)
         self.tried: list[TuneConfig] = []
         """Configurations proposed, in order."""
         self._round: list[TuneConfig] = []
@@ -44,7 +47,13 @@ class LiveSearch:
                 continue
             if result.status == "crash" and config in self.history:
                 continue  # keep what it measured before the worker died
+            known = self.history.get(config)
+            if known is result or (known is not None and known.to_dict() == result.to_dict()):
+                continue
             self.history.add(config, result)
+            observe = getattr(self.strategy, "observe", None)
+            if observe is not None:  # the anytime search learns from every row (no wall time here)
+                observe(config, result, 0.0, self.history)
 
     def propose(self, results: Iterable[TrialResult]) -> TuneConfig | None:
         self._absorb(results)
@@ -70,9 +79,9 @@ class LiveSearch:
 
     @property
     def current(self) -> str:
-        """The stage being searched, for the progress line."""
-        name = getattr(self.strategy, "stage_name", None)
-        return name() if callable(name) else ""
+        """Why the configuration under way was proposed, for the progress line."""
+        last = getattr(self.strategy, "last", None)
+        return last.why if last is not None else ""
 
     @property
     def planned(self) -> int:

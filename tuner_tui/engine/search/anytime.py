@@ -304,7 +304,8 @@ class AnytimeSearch(SearchStrategy):
         for parent in self._parents(history):
             for keys, child in self.moves(parent.config):
                 key = config_key(child)
-                if key in seen or child in history or not self.space.contains(child):
+                # (every move takes values of the space: its children lie in it)
+                if key in seen or child in history:
                     continue
                 seen.add(key)
                 guess = self._predict(parent, child, keys)

@@ -7,6 +7,7 @@ searched). From it on, the search holds a recommendation at least this good. Tor
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 from strategies.config import ConfigError, TuneConfig
@@ -27,6 +28,18 @@ MOVED_FIRST = ("compile_mode",)
 
 def variant(space: SearchSpace, config: TuneConfig, **changes) -> TuneConfig | None:
     """`config` with `changes`, as the space puts it; None where the rules refuse it."""
+    try:
+        return _variant(space, config, tuple(sorted(changes.items())))
+    except TypeError:  # a value that cannot be a key (a list): not cached
+        return _make_variant(space, config, changes)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _variant(space: SearchSpace, config: TuneConfig, changes: tuple) -> TuneConfig | None:
+    return _make_variant(space, config, dict(changes))
+
+
+def _make_variant(space: SearchSpace, config: TuneConfig, changes: dict) -> TuneConfig | None:
     try:
         return space.canonical(config.replace(**changes))
     except ConfigError:
@@ -56,7 +69,7 @@ def memory_moves(space: SearchSpace, config: TuneConfig) -> Iterator[tuple[str, 
     """Single changes of the options that free memory (the memory levers, the micro-batch one
     step smaller)."""
     for key, values in space.choices:
-        if OPTIONS[key].search.lever not in ("memory", "both") or key in (
+        if OPTIONS[key].search.lever not in ("memory", "both", "parallel") or key in (
                 "batch_size", "micro_batch_size"):
             continue
         for value in values:

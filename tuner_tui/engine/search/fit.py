@@ -30,9 +30,9 @@ class Footprint:
         self._version = -1
 
     def estimate(self, config: TuneConfig) -> MemoryEstimate | None:
-        if self._version != len(self.history):
+        if self._version != self.history.version:
             self._cache.clear()
-            self._version = len(self.history)
+            self._version = self.history.version
         key = config_key(config)
         if key not in self._cache:
             try:
@@ -42,14 +42,39 @@ class Footprint:
         return self._cache[key]
 
     def chance_to_fit(self, config: TuneConfig) -> float:
-        """1 without a budget; 0.5 where nothing is known yet."""
+        """1 without a budget; 0.5 where nothing is known yet; less where a configuration
+        that would hold about as much ran out of memory (`_after_ooms`)."""
+        after_ooms = self._after_ooms(config)
         if self.budget_bytes is None:
-            return 1.0
+            return after_ooms
         found = self.estimate(config)
         if found is None or found.total <= 0:
-            return 0.5
+            return 0.5 * after_ooms
         sd = (CERTAIN_SD if found.certain else UNCERTAIN_SD) * found.total
-        return normal_cdf((self.budget_bytes - found.total) / sd)
+        return normal_cdf((self.budget_bytes - found.total) / sd) * after_ooms
+
+    def _after_ooms(self, config: TuneConfig) -> float:
+        """A configuration that ran out of memory needed more than the device holds: one whose
+        estimate is at least as large does too, one 10% smaller fits even odds, one 20% smaller
+        most likely."""
+        mine = None
+        chance = 1.0
+        for r in self.history.all():
+            if r.status != "oom":
+                continue
+            try:
+                out = r.tune_config
+            except Exception:
+                continue
+            if out.parallel != config.parallel or out.devices != config.devices:
+                continue
+            theirs = self.estimate(out)
+            mine = self.estimate(config) if mine is None else mine
+            if theirs is None or mine is None or theirs.total <= 0:
+                continue
+            ratio = mine.total / theirs.total
+            chance = min(chance, normal_cdf((1 - ratio) / 0.1 - 1))
+        return chance
 
     def bytes(self, config: TuneConfig) -> int | None:
         found = self.estimate(config)

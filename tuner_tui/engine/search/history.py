@@ -3,6 +3,8 @@ be recommended. Torch-free."""
 
 from __future__ import annotations
 
+import functools
+
 from strategies.config import TuneConfig
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.runner import best
@@ -11,6 +13,7 @@ from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.store import canonical_json
 
 
+@functools.lru_cache(maxsize=200_000)
 def config_key(config: TuneConfig) -> str:
     return canonical_json(config.to_dict())
 
@@ -22,6 +25,7 @@ class History:
         self.space = space
         self.budget_bytes = budget_bytes
         self.results: dict[str, TrialResult] = {}
+        self._eligible: tuple[int, list[TrialResult]] | None = None
 
     def __contains__(self, config: TuneConfig) -> bool:
         return config_key(config) in self.results
@@ -34,6 +38,10 @@ class History:
 
     def add(self, config: TuneConfig, result: TrialResult) -> None:
         self.results[config_key(config)] = result
+        self.version += 1
+
+    version = 0
+    """Counts the changes, so that what is derived from the trials is computed once each."""
 
     def all(self) -> list[TrialResult]:
         return list(self.results.values())
@@ -41,12 +49,16 @@ class History:
     def eligible(self) -> list[TrialResult]:
         """Trials that may be recommended: ran, kept the loss, lie in the space, and stayed
         within the memory budget (a stored trial may come from a search with a larger one)."""
-        return [
+        if self._eligible is not None and self._eligible[0] == self.version:
+            return list(self._eligible[1])
+        found = [
             r for r in self.results.values()
             if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
             and self.space.contains(r.tune_config)
             and (self.budget_bytes is None or (measured_peak(r) or 0) <= self.budget_bytes)
         ]
+        self._eligible = (self.version, found)
+        return list(found)
 
     def best(self) -> TrialResult | None:
         return best(self.eligible())

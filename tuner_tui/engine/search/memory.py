@@ -7,6 +7,7 @@ rank's activations are those of its own micro-batch)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -123,8 +124,14 @@ ACTIVATION_AXES = tuple(k for k in ACTIVATION_KEYS if k != "checkpoint_every")
 checkpointing, and the kernels are compared as `effective_kernels`)."""
 
 
+@functools.lru_cache(maxsize=100_000)
+def _activation_signature(c: TuneConfig) -> tuple:
+    return tuple(_activation_values(c, k) for k in ACTIVATION_AXES)
+
+
 def _differing(a: TuneConfig, b: TuneConfig) -> list[str]:
-    return [k for k in ACTIVATION_AXES if _activation_values(a, k) != _activation_values(b, k)]
+    return [k for k, x, y in zip(ACTIVATION_AXES, _activation_signature(a),
+                                 _activation_signature(b)) if x != y]
 
 
 def estimate(

@@ -3,6 +3,7 @@ the same run. Torch-free."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ class SearchSpace:
         return (dict(self.fixed).get(key, default_value(key)),)
 
     def start(self) -> TuneConfig:
+        return _start(self)
+
+    def _start(self) -> TuneConfig:
         """The first configuration: every option at its default when that is a candidate (the
         fp32 eager baseline), else at its first candidate (on several devices: DDP, unless the
         user's list names another mode first). Where a held option needs another value of a
@@ -98,6 +102,9 @@ class SearchSpace:
         return self.start_value("devices")
 
     def canonical(self, config: TuneConfig) -> TuneConfig:
+        return _canonical(self, config)
+
+    def _canonical(self, config: TuneConfig) -> TuneConfig:
         """One configuration per distinct run: options that do nothing in it (compile scope
         without compile, checkpoint_every without every-n) are put back at their start value,
         and under compile the fused kernels left to Inductor are dropped
@@ -150,6 +157,9 @@ class SearchSpace:
         return sizes
 
     def contains(self, config: TuneConfig) -> bool:
+        return _contains(self, config)
+
+    def _contains(self, config: TuneConfig) -> bool:
         canonical = self.canonical(config)
         return canonical == config and all(
             self._listed(key, config) or self._grown(key, config[key])
@@ -186,6 +196,23 @@ class SearchSpace:
             shown = [("+".join(v) or "none") if isinstance(v, tuple) else str(v) for v in values]
             parts.append(f"{key}: {', '.join(shown)}")
         return "; ".join(parts)
+
+
+# A search asks these of the same space tens of thousands of times (each candidate is made
+# canonical and checked against the space): answered once per space and configuration.
+@functools.lru_cache(maxsize=1024)
+def _start(space: SearchSpace) -> TuneConfig:
+    return space._start()
+
+
+@functools.lru_cache(maxsize=200_000)
+def _canonical(space: SearchSpace, config: TuneConfig) -> TuneConfig:
+    return space._canonical(config)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _contains(space: SearchSpace, config: TuneConfig) -> bool:
+    return space._contains(config)
 
 
 def default_value(key: str) -> Any:
@@ -236,7 +263,7 @@ def default_space(
     modes = dict(kept).get("compile_mode", (fixed.get("compile_mode", "off"),))
     if modes == ("off",):  # a compile scope changes nothing without compile
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
-    space = SearchSpace(tuple(kept), tuple(fixed.items()), grow_batch=grow,
+    space = SearchSpace(tuple(kept), tuple((k, plain(v)) for k, v in fixed.items()), grow_batch=grow,
                         default_batch=default_batch, inapplicable=skip)
     # A set value that differs only in members the model lacks is the same run.
     distinct = []

@@ -1,0 +1,294 @@
+"""The search's logic, tested by simulation: hundreds of searches on synthetic machines and
+models (tests/engine/search_oracle.py), each on a virtual clock in well under a second, with the
+real driver, strategy, memory model, priors, re-measurement, result store and reference cache.
+
+What is checked is what `gputune tune` promises: an answer close to the best the space holds
+within its time budget, better than the staged search it replaced; an answer that never gets
+worse with more time, is not thrown off by options that change nothing, fits a tight budget by
+the cheapest lever, survives every fault, never declares a disturbed re-measurement a verdict,
+and runs the fp32 reference once per workload.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+
+import pytest
+
+from search_oracle import GPU_BYTES, LegacyStaged, Oracle, regret, simulate
+from strategies.config import TuneConfig
+from tuner_tui.engine import remeasure
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference_cache import ReferenceCache
+from tuner_tui.engine.search import report, write_json
+from tuner_tui.engine.search.expert import memory_moves
+
+FIVE_MINUTES = 300.0
+MEAN_REGRET = 0.08
+"""The mean regret at five minutes these searches must stay under (see docs/search.md for what
+is measured and why the issue's 2% is not reached on these oracles)."""
+
+
+def _regrets(seeds, budget_s, tmp_path, strategy=None, **oracle):
+    found = []
+    for seed in seeds:
+        o = Oracle(seed, **oracle)
+        outcome, _, _ = simulate(o, tmp_path / f"{seed}-{budget_s}-{bool(strategy)}", budget_s,
+                                 strategy=strategy)
+        found.append(regret(o, outcome))
+    return found
+
+
+@pytest.fixture
+def folder(tmp_path):
+    def make(name):
+        path = tmp_path / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return make
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_over_200_oracles_the_search_comes_close_to_the_optimum_and_beats_the_staged_one(
+        chunk, tmp_path):
+    seeds = range(50 * chunk, 50 * chunk + 50)
+    anytime = _regrets(seeds, FIVE_MINUTES, tmp_path)
+    staged = _regrets(seeds, FIVE_MINUTES, tmp_path, strategy=LegacyStaged)
+    print(f"seeds {seeds}: mean regret {statistics.mean(anytime):.3f} (staged "
+          f"{statistics.mean(staged):.3f})")
+    assert statistics.mean(anytime) <= MEAN_REGRET
+    assert statistics.mean(anytime) < statistics.mean(staged) / 2
+
+
+def test_the_result_never_gets_worse_as_the_budget_grows(tmp_path):
+    """The same oracles at 3, 6, 8.4 and 12 minutes: the mean regret falls with every step, and
+    no single search ends worse with more time than with less by more than the noise of one
+    measurement (the searches differ once the time left changes what fits in it)."""
+    seeds = range(300, 330)
+    by_budget = [_regrets(seeds, minutes * 60, tmp_path) for minutes in (3, 6, 8.4, 12)]
+    means = [statistics.mean(r) for r in by_budget]
+    print("mean regret at 3, 6, 8.4, 12 min:", [round(m, 3) for m in means])
+    assert means == sorted(means, reverse=True)
+    for shorter, longer in zip(by_budget, by_budget[1:]):
+        assert all(b <= a + 0.03 for a, b in zip(shorter, longer))
+
+
+INERT = {"fp8_layers": ("auto", "all"), "compile_fullgraph": (False, True),
+         "checkpoint_every": (2, 4), "kernels_with_compile": ("inductor-first", "all"),
+         "grad_clip": (1.0, 0.5)}
+"""Five options the oracles' throughput does not depend on."""
+
+
+def test_five_options_that_change_nothing_move_the_five_minute_result_by_less_than_1_percent(
+        tmp_path):
+    seeds = range(400, 430)
+    plain, widened = [], []
+    for seed in seeds:
+        o = Oracle(seed, inert_options=tuple(INERT))
+        outcome, _, _ = simulate(o, tmp_path / f"a{seed}", FIVE_MINUTES)
+        plain.append(o.true_speed(outcome.recommendation.tune_config) or 0.0)
+        o = Oracle(seed, inert_options=tuple(INERT))
+        outcome, _, _ = simulate(o, tmp_path / f"b{seed}", FIVE_MINUTES, choices=INERT)
+        widened.append(o.true_speed(outcome.recommendation.tune_config) or 0.0)
+    change = statistics.mean(w / p for p, w in zip(plain, widened) if p) - 1
+    print(f"five options that change nothing: {change:+.2%}")
+    assert abs(change) < 0.01
+
+
+def _single_closers(o: Oracle, space, config: TuneConfig) -> list[tuple[float, TuneConfig]]:
+    """The true speed of each single memory lever added to `config` that makes it fit."""
+    found = []
+    for _, closer in memory_moves(space, config):
+        speed = o.true_speed(closer)
+        if speed is not None:
+            found.append((speed, closer))
+    return sorted(found, key=lambda item: -item[0])
+
+
+def test_a_budget_just_under_the_lean_configuration_is_met_by_the_cheapest_closing_lever(
+        tmp_path):
+    """The budget is set a few percent under the lean configuration's peak (bf16 weights and
+    state, SDPA, the fused loss, compile): the search closes the gap, never recommends what is
+    over the budget, and loses no more speed than the cheapest single lever that closes it."""
+    met, total = 0, 0
+    for seed in range(500, 530):
+        o = Oracle(seed, budget_kind="none", fault_rate=0.0)
+        o.budget = int(o.peak(o.lean_config()) * 0.93)
+        outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
+        top = outcome.recommendation
+        assert top is not None, f"seed {seed}: no recommendation under a reachable budget"
+        assert o.peak(top.tune_config) <= o.budget or top.peak_reserved_bytes <= o.budget
+        closers = _single_closers(o, outcome.space, outcome.space.canonical(o.lean_config()))
+        if not closers:
+            continue
+        total += 1
+        met += (o.true_speed(top.tune_config) or 0) >= 0.98 * closers[0][0]
+    print(f"as fast as the cheapest closing lever in {met} of {total}")
+    assert met >= 0.9 * total
+
+
+class Raising:
+    """An executor that fails now and then: a trial whose run raises, as a bug would, and one
+    the worker refuses (status invalid, as for a combination its checks refuse)."""
+
+    def __init__(self, inner, every: int) -> None:
+        self.inner, self.every, self.count = inner, every, 0
+
+    def start(self):
+        return self.inner.start()
+
+    def run(self, config, *args):
+        self.count += 1
+        if self.count % self.every == 0:
+            raise RuntimeError("injected: the executor broke")
+        if self.count % self.every == 1 and self.count > 1:
+            return TrialResult(config=config.to_dict(), label=config.label(), status="invalid",
+                               message="injected: refused by the worker's checks")
+        return self.inner.run(config, *args)
+
+    def close(self):
+        self.inner.close()
+
+
+def test_injected_faults_never_raise_and_the_outcome_is_always_written(tmp_path):
+    from search_oracle import Clock, OracleExecutor
+
+    from tuner_tui.engine.protocol import WorkerSpec
+    from tuner_tui.engine.search import Search, SearchPlan, export
+    from tuner_tui.engine.store import ResultStore
+
+    for seed in range(600, 606):
+        o = Oracle(seed, fault_rate=0.4)
+        o.ro_fails = o.fp8_fails = o.fp16_diverges = True
+        clock = Clock()
+        executor = Raising(OracleExecutor(o, clock), every=4)
+        plan = SearchPlan(WorkerSpec(workload=f"oracle-{seed}", device="cuda"),
+                          max_memory_bytes=o.budget, budget_s=FIVE_MINUTES)
+        store = ResultStore(tmp_path / f"s{seed}.sqlite3", on_problem=lambda m: None)
+        outcome = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
+                         references=ReferenceCache(tmp_path / f"r{seed}")).run()
+        store.close()
+        statuses = {r.status for r in outcome.results}
+        assert {"error", "invalid"} <= statuses and statuses & {"crash", "compile"}
+        assert all(r.message for r in outcome.results if r.status == "error")
+        text = report(outcome)
+        write_json(tmp_path / f"{seed}.json", outcome)
+        doc = json.loads((tmp_path / f"{seed}.json").read_text())
+        assert len(doc["timeline"]) >= len(outcome.results) and "could not run" in text
+        if outcome.recommendation is not None:
+            assert export(outcome, tmp_path / f"{seed}.toml").exists()
+
+
+def test_an_error_of_the_search_itself_ends_it_with_an_outcome(tmp_path, monkeypatch):
+    from tuner_tui.engine.search import anytime
+
+    calls = {"n": 0}
+    real = anytime.AnytimeSearch._best_candidate
+
+    def broken(self, history):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ValueError("injected: the strategy broke")
+        return real(self, history)
+
+    monkeypatch.setattr(anytime.AnytimeSearch, "_best_candidate", broken)
+    o = Oracle(7, fault_rate=0.0)
+    outcome, _, _ = simulate(o, tmp_path, FIVE_MINUTES)
+    assert outcome.error == "ValueError: injected: the strategy broke"
+    assert outcome.results and outcome.recommendation is not None
+    assert "internal error" in report(outcome)
+    write_json(tmp_path / "t.json", outcome)
+    assert json.loads((tmp_path / "t.json").read_text())["error"] == outcome.error
+
+
+def _run(label: str, tokens: float, spread: float = 0.005, config: dict | None = None):
+    step = 1000.0 / tokens
+    return TrialResult(config=config or {}, label=label, status="ok", tokens_per_s=tokens,
+                       step_ms=step, step_ms_q1=step * (1 - spread), step_ms_q3=step * (1 + spread))
+
+
+def test_a_30_percent_disturbance_in_one_repeat_is_flagged_not_declared():
+    a = _run("a", 100.0, config={"precision": "bf16"})
+    b = _run("b", 98.0)
+    candidates = [remeasure.Remeasured(a, [_run("a", 70.0), _run("a", 100.5)]),
+                  remeasure.Remeasured(b, [_run("b", 98.5), _run("b", 97.5)])]
+    verdict = remeasure.decide(candidates)
+    assert verdict.disturbed and candidates[0].disturbed() and not candidates[1].disturbed()
+    assert "disturbed, no verdict" in verdict.text() and "faster by" not in verdict.text()
+    assert verdict.winner is a  # the first measurements decide: a led by 2%, beyond the spread
+    # Undisturbed, the same first measurements and repeats that agree give a verdict.
+    calm = [remeasure.Remeasured(a, [_run("a", 100.2), _run("a", 99.8)]),
+            remeasure.Remeasured(b, [_run("b", 98.5), _run("b", 97.5)])]
+    assert not remeasure.decide(calm).disturbed and remeasure.decide(calm).winner is a
+
+
+def test_repeats_that_overturn_the_first_measurements_get_a_third_round():
+    a = _run("a", 100.0, config={"precision": "bf16"})
+    b = _run("b", 95.0)
+    speeds = {"a": [94.0, 94.0, 94.0], "b": [96.0, 96.0, 96.0]}
+    calls = []
+
+    def run(config, index, total):
+        label = "a" if config.precision == "bf16" else "b"
+        calls.append(label)
+        return _run(label, speeds[label][len([c for c in calls if c == label]) - 1])
+
+    verdict = remeasure.remeasure([a, b], run, repeats=2)
+    assert calls == ["a", "b", "a", "b", "a", "b"]  # two rounds, then a third
+    assert verdict.winner is b and not verdict.disturbed
+
+
+def test_one_fp32_reference_pass_per_workload_key_across_searches(tmp_path):
+    o = Oracle(11, budget_kind="none", fault_rate=0.0)
+    refs = ReferenceCache(tmp_path / "refs")
+    first, _, _ = simulate(o, tmp_path, FIVE_MINUTES, references=refs,
+                           store_path=tmp_path / "one.sqlite3")
+    keys = {p.parent.name for p in (tmp_path / "refs").glob("*/losses.json")}
+    assert refs.passes == len(keys) >= 1
+    sketches = set(o.reference_grads)
+    # A second search of the same workload on the same machine, its store empty: every trial
+    # runs again, the reference never does.
+    again = Oracle(11, budget_kind="none", fault_rate=0.0)
+    again.reference_grads = set(sketches)
+    second, _, _ = simulate(again, tmp_path, FIVE_MINUTES, references=refs,
+                            store_path=tmp_path / "two.sqlite3")
+    assert not [e for e in second.timeline if e["kind"] == "reference"]
+    assert refs.passes == len(keys)
+    # The workers found the gradients' sketch of each key the first search made.
+    assert sketches <= again.reference_grads
+
+
+def test_the_time_budget_is_used_and_the_time_line_says_how(tmp_path):
+    for seed in range(700, 720):
+        o = Oracle(seed, fault_rate=0.0)
+        outcome, _, clock = simulate(o, tmp_path, FIVE_MINUTES)
+        walls = [e["ended_s"] - e["started_s"] for e in outcome.timeline]
+        assert clock.now <= FIVE_MINUTES + max(walls)  # at most the last trial runs over
+        unused = FIVE_MINUTES - clock.now
+        assert unused <= max(walls), f"seed {seed}: {unused:.0f} s unused"
+        first = outcome.timeline[0]
+        assert first["why"] == "the fp32 eager baseline" and first["started_s"] >= 0
+        assert any(e["why"] == "the expert's recipe" for e in outcome.timeline)
+        assert all(a["ended_s"] <= b["started_s"] + 1e-9 or b["kind"] == "reference"
+                   for a, b in zip(outcome.timeline, outcome.timeline[1:]))
+
+
+def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tmp_path):
+    """Two models on one machine (the levers' true effects shared): the second search, given
+    the first's store, ends closer to its optimum in three minutes than without it."""
+    with_store, without = [], []
+    for seed in range(800, 830):
+        first = Oracle(seed)
+        simulate(first, tmp_path / f"w{seed}", 600.0, store_path=tmp_path / f"shared{seed}.sqlite3")
+        second = Oracle(seed + 10_000, shared_truth=first)
+        outcome, _, _ = simulate(second, tmp_path / f"w{seed}", 180.0,
+                                 store_path=tmp_path / f"shared{seed}.sqlite3")
+        with_store.append(regret(second, outcome))
+        second = Oracle(seed + 10_000, shared_truth=first)
+        outcome, _, _ = simulate(second, tmp_path / f"n{seed}", 180.0)
+        without.append(regret(second, outcome))
+    print(f"second model at 3 min: {statistics.mean(with_store):.3f} with the first's store, "
+          f"{statistics.mean(without):.3f} without")
+    assert statistics.mean(with_store) < statistics.mean(without)
