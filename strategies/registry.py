@@ -183,6 +183,9 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "kernel; forced: every chosen kernel, compiled or not, even one measured slower",
                 choices=("inductor-first", "all", "forced"),
                 label="Kernels under compile",
+                # Kernels kept under compile end Inductor's fusions around them (ANCHORS.md).
+                search=SearchFacts(prior={"all": Prior((-0.02, 0.02)),
+                                          "forced": Prior((-0.03, 0.02))}),
             ),
         ),
     ),
@@ -214,7 +217,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "(torchao's size thresholds for the recipe); all, every one it can",
                 choices=("auto", "all"),
                 label="Float8 layers",
-                search=SearchFacts(activations=True),
+                # Small linears lose to float8's casts (torchao's thresholds pick the others).
+                search=SearchFacts(activations=True, prior={"all": Prior((-0.02, 0.02))}),
             ),
         ),
     ),
@@ -351,6 +355,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 False,
                 "Fail on any graph break instead of falling back to eager for that part",
                 label="Full graph",
+                search=SearchFacts(prior={True: Prior((0.0, 0.01))}),
             ),
             ChoiceOption(
                 "compile_scope",

@@ -225,15 +225,15 @@ def test_a_30_percent_disturbance_in_one_repeat_is_flagged_not_declared():
 
 
 def test_repeats_that_overturn_the_first_measurements_get_a_third_round():
-    a = _run("a", 100.0, config={"precision": "bf16"})
-    b = _run("b", 95.0)
-    speeds = {"a": [94.0, 94.0, 94.0], "b": [96.0, 96.0, 96.0]}
+    a = _run("a", 100.0, spread=0.02, config={"precision": "bf16"})
+    b = _run("b", 95.0, spread=0.02)
+    speeds = {"a": [93.0, 93.0, 93.0], "b": [99.0, 99.0, 99.0]}
     calls = []
 
     def run(config, index, total):
         label = "a" if config.precision == "bf16" else "b"
         calls.append(label)
-        return _run(label, speeds[label][len([c for c in calls if c == label]) - 1])
+        return _run(label, speeds[label][len([c for c in calls if c == label]) - 1], spread=0.02)
 
     verdict = remeasure.remeasure([a, b], run, repeats=2)
     assert calls == ["a", "b", "a", "b", "a", "b"]  # two rounds, then a third

@@ -25,8 +25,9 @@ from tuner_tui.engine.protocol import TrialResult
 
 LARGE_MODEL = 1e9
 """Parameters from which a model counts as large for the priors (`Prior.large`)."""
-UNKNOWN = Prior((0.0, 0.05))
-"""A value without a declared prior: expected to change nothing, with a little doubt."""
+UNKNOWN = Prior((0.0, 0.02))
+"""A value without a declared prior: expected to change nothing, with a little doubt (less than
+any lever declared to matter, so that such options come after those)."""
 FAILED = ("compile", "crash", "diverged", "invalid", "numerics", "loss-mismatch")
 """Statuses that count against the change that led to them (out of memory is the memory
 model's business)."""
@@ -210,6 +211,11 @@ class Priors:
             else:
                 continue
             sd = SEARCH_SD + CONTEXT_SD * distance(pair.before, parent) + pair.extra_sd
+            if key in ("batch_size", "micro_batch_size"):
+                # A doubling pays less the larger the batch already is: a pair measured far
+                # from this batch says little about this doubling.
+                size = _batch if key == "batch_size" else _micro
+                sd += CONTEXT_SD * abs(math.log2(size(pair.before, self.ctx) / size(parent, self.ctx)))
             weighted += ratio / sd ** 2
             precision += 1 / sd ** 2
         return Estimate(weighted / precision, math.sqrt(1 / precision))

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `gputune tune` against the recipe an engineer writes by hand, in one device call each (under
+# the 10-minute limit): the search first, from a fresh home (a cold Inductor cache, an empty
+# store and reference cache), then the hand recipe in the same call. Run from the repository
+# root on the GPU machine with the wheels carried (../shared/gpu/README.md):
+#   bash benchmarks/gpu_search.sh SECTION [MINUTES]
+#   gpt2      GPT-2 124M, default flags; hand: bf16 + SDPA + compile + fused AdamW at batch 16,
+#             and at batch 64 with CUDA graphs (reduce-overhead)                    ~8 min
+#   hf16      a 1.3B Hugging Face Llama (examples.hf_causal_lm:llama), 4 x 2048 tokens,
+#             --max-memory 16GiB; hand: bf16 weights + Liger-Kernel + fused AdamW   ~7.5 min
+#   hf24      the same at --max-memory 24GiB                                          ~7.5 min
+#   vision    torchvision's ResNet-50 (a model the search was never tuned on), default
+#             flags; hand: bf16 + compile + fused AdamW                              ~7 min
+# MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
+# its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
+set -uo pipefail
+section=${1:-}; minutes=${2:-5}
+case "$section" in gpt2|hf16|hf24|vision) ;; *)
+  echo "usage: bash benchmarks/gpu_search.sh gpt2|hf16|hf24|vision [MINUTES]" >&2; exit 2 ;; esac
+. benchmarks/gpu_env.sh
+export GPUTUNE_HOME=/tmp/gputune-home-$section NCCL_NVLS_ENABLE=0
+rm -rf "$GPUTUNE_HOME"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/nvidia-smi.txt"
+# Each command ends (SIGTERM) before the call's limit, so that what it measured is written.
+call_end=$((SECONDS + ${CALL_LIMIT_S:-585}))
+gputune() { timeout -k 15 $((call_end - SECONDS - 15)) python3 -m tuner_tui.cli "$@"; }
+tune() {  # tune NAME WORKLOAD [FLAGS...]
+  local name=$1 workload=$2; shift 2
+  local start=$(date +%s)
+  gputune tune --workload "$workload" --device cuda --budget-minutes "$minutes" "$@" \
+    --out "$OUT/tune-$name.toml" --json "$OUT/tune-$name.json" > "$OUT/tune-$name.log" 2>&1
+  echo "tune exit $?, wall $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-$name.log"
+  grep -v "^\[" "$OUT/tune-$name.log" | tail -22
+}
+c=benchmarks/configs
+case "$section" in
+  gpt2)
+    tune gpt2 gpt2-124m
+    gputune bench --workload gpt2-124m --device cuda --fresh --remeasure 0 \
+      --config $c/gpt2-compile-fused.toml --config $c/gpt2-hand-b64-graphs.toml \
+      --config $c/gpt2-compile-fused.toml --config $c/gpt2-hand-b64-graphs.toml \
+      --json "$OUT/hand-gpt2.json" > "$OUT/hand-gpt2.log" 2>&1
+    tail -8 "$OUT/hand-gpt2.log" ;;
+  hf16|hf24)
+    budget=${section#hf}GiB
+    tune "$section" examples.hf_causal_lm:llama --set batch_size=4 --max-memory "$budget"
+    python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 \
+      --json "$OUT/hand-$section.json" > "$OUT/hand-$section.log" 2>&1
+    python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 \
+      --json "$OUT/hand-$section-b.json" >> "$OUT/hand-$section.log" 2>&1
+    grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -4 ;;
+  vision)
+    tune vision torchvision:resnet50
+    gputune bench --workload torchvision:resnet50 --device cuda --fresh --remeasure 0 \
+      --config $c/vision-bf16-compile.toml --config $c/vision-bf16-compile.toml \
+      --json "$OUT/hand-vision.json" > "$OUT/hand-vision.log" 2>&1
+    tail -6 "$OUT/hand-vision.log" ;;
+esac
