@@ -80,6 +80,14 @@ class TensorSketch:
     """The whole tensor's norm: the norm ratio is exact."""
     values: torch.Tensor
     """fp32 on the CPU: the values at `sample_indices(name, numel)`, or every value."""
+    wobble: float = 0.0
+    """1 - the cosine between this gradient and the same computed once more in fp32 with every
+    parameter perturbed by rounding-sized noise (`WOBBLE_NOISE`): how far its direction moves
+    for nothing but rounding. Near 0 for most tensors; near 1 or more where the gradient is a sum
+    that cancels (a deep CNN's BatchNorm weights: in bf16 their first-step cosine can be
+    anything, seen on the H200 with ResNet-50)."""
+    wobble_ratio: float = 0.0
+    """|norm ratio - 1| under the same perturbation."""
 
 
 def sample_indices(name: str, numel: int) -> torch.Tensor | None:
@@ -108,6 +116,51 @@ def sketch(grads: dict[str, torch.Tensor]) -> dict[str, TensorSketch]:
     return out
 
 
+def sketch_model(model: nn.Module) -> dict[str, TensorSketch]:
+    """The sketch of a model's gradients where they are (no copy of the whole to the CPU)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        key = canonical_name(name)
+        if p.grad is None:
+            out[key] = TensorSketch(p.numel(), 0.0, torch.zeros(min(p.numel(), SKETCH_SIZE)))
+        else:
+            norm, values = _sampled(key, p.grad)
+            out[key] = TensorSketch(p.numel(), norm, values.float())
+    return out
+
+
+WOBBLE_NOISE = 2.0 ** -8
+"""The relative noise put on every parameter to see how much rounding moves each gradient: about
+bf16's rounding of a value."""
+WOBBLE_ALLOWANCE = 4.0
+"""A candidate may move a tensor's gradient this many times as far as that noise moved it ..."""
+UNSTEADY = 0.05
+"""... and where that noise turned a tensor's direction by more than this (1 - cosine), the
+tensor is not compared (but for being finite): at the first step its gradient is not
+reproducible even in fp32 (a deep CNN at initialisation, seen on a ResNet-50: its BatchNorm and
+convolution weights alike, their norms by up to 1.7x in bf16). A fault there cannot be told
+from rounding; the loss check still holds such a model."""
+
+
+def with_wobble(clean: dict[str, TensorSketch],
+                perturbed: dict[str, TensorSketch]) -> dict[str, TensorSketch]:
+    """`clean`, each tensor with how far the perturbed run moved it (`TensorSketch.wobble`)."""
+    out = {}
+    for name, s in clean.items():
+        other = perturbed.get(name)
+        if other is None or not s.norm or not other.norm:
+            out[name] = s
+            continue
+        a, b = s.values.double(), other.values.double()
+        na, nb = float(a.norm()), float(b.norm())
+        cosine = float((a * b).sum()) / (na * nb) if na and nb else 1.0
+        out[name] = TensorSketch(s.numel, s.norm, s.values, max(0.0, 1 - cosine),
+                                 abs(other.norm / s.norm - 1))
+    return out
+
+
 def save_sketch(path: str | Path, sketched: dict[str, TensorSketch]) -> None:
     """Write a sketch atomically (a reader never sees half a file)."""
     import io
@@ -115,7 +168,8 @@ def save_sketch(path: str | Path, sketched: dict[str, TensorSketch]) -> None:
     from strategies.files import write_atomic
 
     buffer = io.BytesIO()
-    torch.save({name: (s.numel, s.norm, s.values) for name, s in sketched.items()}, buffer)
+    torch.save({name: (s.numel, s.norm, s.values, s.wobble, s.wobble_ratio)
+                for name, s in sketched.items()}, buffer)
     write_atomic(path, buffer.getvalue())
 
 
@@ -123,8 +177,8 @@ def load_sketch(path: str | Path) -> dict[str, TensorSketch] | None:
     """A sketch written by `save_sketch`; None where there is none or it cannot be read."""
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-        return {name: TensorSketch(int(n), float(norm), values)
-                for name, (n, norm, values) in data.items()}
+        return {name: TensorSketch(int(n), float(norm), values, float(w), float(wr))
+                for name, (n, norm, values, w, wr) in data.items()}
     except Exception:  # a missing, truncated or foreign file: the reference is computed again
         return None
 
@@ -155,6 +209,7 @@ def compare(reference: dict, model: nn.Module, precision: str) -> GradientCheck:
         return GradientCheck(None, 0, message="no parameter matched the reference by name")
     largest = max(s.norm for s in reference.values()) or 1.0
     worst = None  # (badness, name, cosine, ratio)
+    compared = unsteady = 0
     for name, p in candidate.items():
         ref = reference[name]
         ref_values = ref.values.to(torch.float64)
@@ -173,11 +228,22 @@ def compare(reference: dict, model: nn.Module, precision: str) -> GradientCheck:
                   if ref_sample and cand_sample else 0.0)
         ratio = cand_norm / ref_norm if ref_norm else math.inf
         # How far past its tolerance each figure is; the worst tensor is the one furthest out.
-        badness = max((1 - cosine) / (1 - min_cos), abs(ratio - 1) / max_dev)
+        # A tensor that rounding alone moves (`TensorSketch.wobble`) is allowed as much again.
+        if ref.wobble > UNSTEADY:
+            unsteady += 1
+            continue
+        compared += 1
+        cos_allowed = max(1 - min_cos, WOBBLE_ALLOWANCE * ref.wobble)
+        ratio_allowed = max(max_dev, WOBBLE_ALLOWANCE * ref.wobble_ratio)
+        badness = max((1 - cosine) / cos_allowed, abs(ratio - 1) / ratio_allowed)
         if worst is None or badness > worst[0]:
             worst = (badness, name, cosine, ratio)
     if worst is None:
-        return GradientCheck(True, len(candidate))
+        if unsteady and not compared:
+            return GradientCheck(None, 0, message=(
+                "unchecked: this model's first-step gradients are not reproducible even in fp32 "
+                "under rounding-sized noise (a deep network at initialisation); its loss is checked"))
+        return GradientCheck(True, compared)
     badness, name, cosine, ratio = worst
     ok = badness <= 1.0
     message = "" if ok else (
@@ -186,4 +252,4 @@ def compare(reference: dict, model: nn.Module, precision: str) -> GradientCheck:
            f"cosine {cosine:.4f}, norm ratio {ratio:.3g}")
         + f" (tolerance cosine >= {min_cos}, ratio 1 +- {max_dev:g} for {precision})"
     )
-    return GradientCheck(ok, len(candidate), name, cosine, ratio, message)
+    return GradientCheck(ok, compared, name, cosine, ratio, message)

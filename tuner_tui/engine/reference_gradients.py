@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from strategies.config import TuneConfig
-from tuner_tui.engine.gradients import collect
+from tuner_tui.engine.gradients import WOBBLE_NOISE, sketch_model, with_wobble
 
 def _micro_batches(batch, parts: int) -> list | None:
     """`batch` split into `parts` along the first dimension, or None when it cannot be (a batch
@@ -24,8 +24,9 @@ def _micro_batches(batch, parts: int) -> list | None:
 
 
 def reference_gradients(workload, batch_size: int, seed: int, device: str,
-                        grad_clip: float = 0.0) -> dict[str, torch.Tensor] | None:
-    """The fp32 eager reference's gradients after the first backward pass, on the CPU.
+                        grad_clip: float = 0.0) -> dict | None:
+    """The sketch of the fp32 eager reference's gradients after the first backward pass
+    (`gradients.sketch`), each tensor with how far rounding-sized noise moves it (`wobble`).
 
     Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
     micro-batches (the mean of equal micro-batch means is the batch mean), so that it fits
@@ -66,9 +67,23 @@ def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
         if micro is None:
             return None
         model = trainer.tuned.model
-        for part in micro:
-            loss = workload.loss(model, tuple(part) if parts > 1 else part)
-            (loss / parts).backward()
-        return collect(model)
+
+        def backward() -> None:
+            for part in micro:
+                loss = workload.loss(model, tuple(part) if parts > 1 else part)
+                (loss / parts).backward()
+
+        backward()
+        clean = sketch_model(model)
+        # Once more with every parameter nudged by rounding-sized noise: how far rounding alone
+        # moves each gradient (what the candidate's own rounding may move it, too).
+        model.zero_grad(set_to_none=True)
+        generator = torch.Generator(device=trainer.torch_device).manual_seed(seed + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
+                p.mul_(1 + WOBBLE_NOISE * noise)
+        backward()
+        return with_wobble(clean, sketch_model(model))
     finally:
         trainer.close()

@@ -308,7 +308,7 @@ class Worker:
         before, else computed here, before the candidate is built, and written there."""
         from pathlib import Path
 
-        from tuner_tui.engine.gradients import load_sketch, save_sketch, sketch
+        from tuner_tui.engine.gradients import load_sketch, save_sketch
         from tuner_tui.engine.reference_cache import GRADIENTS
         from tuner_tui.engine.reference_gradients import reference_gradients
 
@@ -326,8 +326,7 @@ class Worker:
                     "warning", f"the fp32 reference's gradients at batch {batch_size} do not fit "
                     "in memory: the gradients of this run go unchecked"))
             else:
-                sketched = sketch(grads)
-                del grads  # the whole gradients (up to the model's size) go before the run
+                sketched = grads  # already a sketch, with each tensor's wobble
                 if path is not None:
                     try:
                         path.parent.mkdir(parents=True, exist_ok=True)
