@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Literal, Mapping
 
 from strategies.errors import ConfigError
-from strategies.files import ReadError, read_capped
+from strategies.files import ReadError, WriteError, keep_previous, read_capped, write_atomic
 from strategies.registry import (
     OPTIONS, RULES, STRATEGIES, Capabilities, micro_batch_problem, option_unavailable,
 )
@@ -327,16 +327,32 @@ def _drop_none(d: Mapping) -> dict:
     return out
 
 
+def document_text(exported: ExportedConfig, fmt: str) -> str:
+    """The file's text: TOML or JSON of [config], [measured], [environment]."""
+    doc = exported.to_document()
+    if fmt == "toml":
+        import tomli_w
+
+        return tomli_w.dumps(doc)
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
 def save(
     config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str | None = None
 ) -> Path:
-    """Write the configuration atomically (`strategies.files.write_atomic`): an existing file
-    is never left half-written, and one that differs is kept as `path.1` (then .2, ...).
-    `fmt`: toml or json (by default from the name), or a trainer's file: hf, accelerate,
-    lightning (`strategies.exports`)."""
-    from strategies.exports import write
-
-    return write(config, path, fmt).path
+    """Write the configuration as TOML or JSON (`fmt`, by default from the name) atomically
+    (`strategies.files.write_atomic`): an existing file is never left half-written, and one
+    that differs is kept as `path.1` (then .2, ...). A trainer's file (hf, accelerate,
+    lightning) is `strategies.exports.write`'s."""
+    exported = config if isinstance(config, ExportedConfig) else ExportedConfig(config)
+    path = Path(path)
+    text = document_text(exported, format_of(path, fmt))
+    try:
+        keep_previous(path, text)
+        write_atomic(path, text)
+    except WriteError as exc:
+        raise ConfigError(str(exc)) from None
+    return path
 
 
 def read(path: str | os.PathLike) -> ExportedConfig:

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from strategies.config import ExportedConfig, TuneConfig, format_of
+from strategies.config import ExportedConfig, TuneConfig, document_text, format_of
 from strategies.errors import ConfigError
 from strategies.files import WriteError, keep_previous, write_atomic
 
@@ -424,7 +424,7 @@ def write(config: TuneConfig | ExportedConfig, path: str | os.PathLike, fmt: str
         text = render(exported, fmt, path.name, source)
     else:
         fmt = format_of(path, fmt)
-        text = exported_text(exported, fmt)
+        text = document_text(exported, fmt)
     try:
         kept = keep_previous(path, text)
         write_atomic(path, text)
@@ -440,15 +440,6 @@ def write_with_trainers(exported: ExportedConfig, path: str | os.PathLike,
     for fmt in trainers:
         written.append(write(exported, trainer_path(path, fmt), fmt, source=Path(path).name))
     return written
-
-
-def exported_text(exported: ExportedConfig, fmt: str) -> str:
-    doc = exported.to_document()
-    if fmt == "toml":
-        import tomli_w
-
-        return tomli_w.dumps(doc)
-    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
 
 
 def parse_trainer_formats(items: list[str]) -> tuple[str, ...]:

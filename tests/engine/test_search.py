@@ -414,7 +414,10 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     # Re-measured interleaved only when the two lay within a few spreads of each other.
     assert doc["remeasured"] is None or doc["remeasured"]["winner"] == doc["recommendation"]["label"]
     proc2 = gputune(*args, "--remeasure", "0")
-    assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") == 3
+    # Nothing measured twice (the first run also taught the priors: bf16 on the CPU is slow,
+    # and may not be proposed again).
+    assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") >= 2
+    assert ": 0 ran, " in proc2.stdout
     assert len(list(tmp_path.glob("best-report-20*.txt"))) == 2  # one per run, to compare
     kept = tmp_path / "best.toml.1"  # the first run's export, where the second's differs
     assert ("kept the previous best.toml as best.toml.1" in proc2.stdout) == kept.exists()

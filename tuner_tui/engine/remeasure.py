@@ -236,6 +236,18 @@ def remeasure(
     return verdict
 
 
+def fitting(leading: Sequence[TrialResult], repeats: int,
+            repeat_s: Callable[[TrialResult], float], left: float
+            ) -> tuple[list[TrialResult], int, float] | None:
+    """The leaders, the repeats each and the seconds it takes, as many repeats as fit in `left`
+    (at most `repeats`); None where not even one round fits."""
+    for n in range(repeats, 0, -1):
+        cost = n * sum(repeat_s(r) for r in leading)
+        if cost <= left:
+            return list(leading), n, cost
+    return None
+
+
 def repeat_steps(steps: int) -> int:
     """A repeat measures as many steps as the trial did, after the same warm-up."""
     return max(1, steps)

@@ -8,7 +8,9 @@
 - `anytime`: the strategy, the next trial by expected gain per second;
 - `history`: the trials of one search;
 - `executor`: where trials run (fresh workers);
-- `driver`: the search itself (`Search`, `SearchPlan`): time budget, references, re-measure;
+- `references`: the fp32 reference's losses each trial is checked against;
+- `plan`: what a search is asked to do (`SearchPlan`) and its time line's entries;
+- `driver`: the search itself (`Search`): the time budget, the trials, the re-measurement;
 - `report`: the outcome, why the recommendation won, the report, JSON and export.
 
 The names the CLI, the dashboard and the tests use are re-exported here.

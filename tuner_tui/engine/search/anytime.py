@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from strategies.config import ConfigError, TuneConfig
+from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import computes_reference
@@ -363,4 +363,4 @@ def _show(config: TuneConfig, key: str) -> str:
     return OPTIONS[key].show(value)
 
 
-__all__ = ["AnytimeSearch", "Proposal", "SearchStrategy", "ConfigError"]
+__all__ = ["AnytimeSearch", "Proposal", "SearchStrategy"]

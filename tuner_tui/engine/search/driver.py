@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, TextIO
 
 from strategies.applicability import inapplicable_options
@@ -36,11 +36,8 @@ from tuner_tui import format as fmt
 from tuner_tui.engine import remeasure
 from tuner_tui.engine.paths import compile_cache_environ
 from tuner_tui.engine.progress import Progress
-from tuner_tui.engine.protocol import TrialResult, WorkerSpec
-from strategies.registry import NUMERICS, numerics_class
-from tuner_tui.engine.reference import (
-    LOSS_CHECK_STEPS, check_losses, computes_reference, reference_configs, reference_key,
-)
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.runner import TrialPlan, best, trace_path
 from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal
@@ -49,9 +46,11 @@ from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.memory import (
     estimate, measured_peak, parameter_count, pareto_front, prior_estimate,
 )
+from tuner_tui.engine.search.plan import Event, SearchPlan
 from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_pairs
+from tuner_tui.engine.search.references import References
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
-from tuner_tui.engine.search.space import SearchSpace, default_space
+from tuner_tui.engine.search.space import default_space
 from tuner_tui.engine.search.timing import TrialTimes
 from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, workload_key
@@ -73,58 +72,6 @@ TIMEOUT_FLOOR_S = 60.0
 WARM_COMPILE = 0.2
 """A re-measured configuration compiles again from the Inductor cache: about this share of its
 first compile (GPT-2 124M on the H200: 2-3 s against 22-25 s)."""
-
-
-@dataclass
-class SearchPlan:
-    spec: WorkerSpec
-    steps: int = 20
-    warmup_steps: int = 5
-    max_memory_bytes: int | None = None
-    """None: the GPU's memory, or the available RAM on the CPU."""
-    budget_s: float | None = None
-    """The search's time, the leaders' re-measurement included; None: no limit."""
-    trial_timeout_s: float = 900.0
-    """The most a trial is given; less where its estimate says it should take far less."""
-    fixed: dict = field(default_factory=dict)
-    """Options held at one value (`--set`)."""
-    choices: dict = field(default_factory=dict)
-    """Candidate values replacing the default ones per option (`--search`)."""
-    compare: list = field(default_factory=list)
-    """Configurations (TuneConfig) measured first, side by side with the search, such as the
-    one the user trains with now; the report gives the recommendation's speed against each."""
-    profile_steps: int = 0
-    """Steps profiled after each trial's measured ones (`--profile`); 0: none. Moves that
-    address the best's bottleneck then weigh more."""
-    trace_dir: str | None = None
-    early_stop_ratio: float = 1.25
-    """A trial whose throughput after a few steps is below the best's divided by this stops."""
-    remeasure_repeats: int = remeasure.REPEATS
-    """Interleaved runs per leader before the winner is named; 0: none."""
-    fresh: bool = False
-    """Measure every trial again: stored results are not reused (new ones are still stored)."""
-
-
-@dataclass
-class Event:
-    """One entry of the time line."""
-
-    index: int
-    kind: str
-    """trial, reference (the fp32 reference's losses at a new batch), compare, remeasure."""
-    label: str
-    status: str
-    how: str
-    """ran, reused (from the store), error."""
-    why: str
-    started_s: float
-    ended_s: float
-    tokens_per_s: float | None
-    best_label: str | None
-    best_tokens_per_s: float | None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class Search:
@@ -165,8 +112,6 @@ class Search:
         self.verdicts: list[remeasure.Verdict] = []
         self.remeasured_sets: list[frozenset[str]] = []
         self.remeasure_note = ""
-        self.unchecked_note = ""
-        self.reference_losses: dict[tuple[int, float], tuple[float, ...]] = {}
         self.history: History | None = None
 
     # -- the loop ------------------------------------------------------------------------------
@@ -225,13 +170,20 @@ class Search:
         self.budget_bytes = plan.max_memory_bytes or default_memory_budget(
             self.environment, self.space.devices)
         self.history = History(self.space, self.budget_bytes)
+        device = default_memory_budget(self.environment)
+        self.refs = References(
+            self.references, self.workload_key, self.environment, self.default_batch,
+            start.batch_size or self.default_batch, self.history,
+            run=lambda config, why: self.evaluate(config, why, kind="reference"),
+            fits_device=lambda config: not ((found := self._estimate(config)) is not None
+                                            and found.certain and found.total > device))
         ctx = Context(self.caps.device, False, self.default_batch)
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
         self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps)
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
             budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,
-            time_available=self._time_available, reference_ready=self._reference_known)
+            time_available=self._time_available, reference_ready=self.refs.known)
         self._say(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
@@ -270,7 +222,7 @@ class Search:
             if proposal.config == self.space.start() and not (result.status == "ok" and result.losses):
                 # The baseline gave no losses (and perhaps no peak): the reference runs now, so
                 # that the expert's recipe is fitted to the budget from a measured peak.
-                self._reference_for(self.space.start().replace(precision="bf16")
+                self.refs.for_config(self.space.start().replace(precision="bf16")
                                     if "bf16" in self.space.values("precision")
                                     else self.space.start().replace(compile_mode="default"))
         if self.plan.budget_s and self._time_left() < self._typical_trial_s():
@@ -324,14 +276,8 @@ class Search:
         return len(leading) >= 2 and frozenset(r.label for r in leading) not in self.remeasured_sets
 
     def _remeasure_plan(self, left: float) -> tuple[list[TrialResult], int, float] | None:
-        """The leaders, the repeats each and the seconds it takes: the plan's repeats where
-        they fit in `left`, else fewer; None where not even one round of two leaders fits."""
-        leading = self._leaders()
-        for repeats in range(self.plan.remeasure_repeats, 0, -1):
-            cost = repeats * sum(self._repeat_s(r) for r in leading)
-            if cost <= left:
-                return leading, repeats, cost
-        return None
+        return remeasure.fitting(self._leaders(), self.plan.remeasure_repeats, self._repeat_s,
+                                 left)
 
     def _remeasure(self) -> bool:
         """Re-measure the leaders, as many rounds as fit in the time left; False where not even
@@ -399,7 +345,7 @@ class Search:
                 self.strategy.observe(config, result, ended - began, self.history)
             except Exception:  # learning from a trial is a saving, never a failure
                 pass
-        self._keep_reference(config, result)
+        self.refs.keep(config, result)
         self._learn_size()
         self.timeline.append(Event(len(self.timeline) + 1, kind, result.label, result.status, how,
                                    why, began, ended, result.tokens_per_s, *self._best_now()))
@@ -424,7 +370,7 @@ class Search:
             self._end("skipped as measured (in the store): " + summary(stored.result))
             return stored.result, "reused"
         estimated = self._estimate(config)
-        reference = self._reference_for(config)
+        reference = self.refs.for_config(config)
         self._begin(config, why)
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
@@ -498,9 +444,8 @@ class Search:
                          profile_steps=self.plan.profile_steps,
                          trace_path=trace_path(self.plan.trace_dir, len(self.order) + 1, config))
         stop_ms = self._early_stop_ms(config, reference) if early_stop else None
-        entry = self.references.entry(self.workload_key, self.environment,
-                                      config.batch_size or self.default_batch, config.grad_clip)
-        return self.executor.run(config, plan, reference, self.progress, stop_ms, str(entry))
+        return self.executor.run(config, plan, reference, self.progress, stop_ms,
+                                 str(self.refs.entry(config)))
 
     def _at_run_batch(self, config: TuneConfig) -> TuneConfig:
         """A compared file that leaves the batch at the workload's default (0) trains at this
@@ -520,66 +465,6 @@ class Search:
         tokens_per_step = batch * self.workload["items_per_sample"]
         return tokens_per_step / (top.tokens_per_s / self.plan.early_stop_ratio) * 1e3
 
-    # -- the fp32 reference ----------------------------------------------------------------------
-    def _reference_known(self, config: TuneConfig) -> bool:
-        """Whether a trial of `config` will not wait for a reference run first."""
-        key = reference_key(config, self.default_batch)
-        if key[0] != (self.space.start().batch_size or self.default_batch):
-            return True  # checked later, and only if it wins
-        if key in self.reference_losses:
-            return True
-        entry = self.references.entry(self.workload_key, self.environment, *key)
-        return self.references.losses(entry) is not None
-
-    def _keep_reference(self, config: TuneConfig, result: TrialResult) -> None:
-        """A run that computes the reference keeps its losses for every later trial and search."""
-        if not (computes_reference(config) and result.status == "ok" and result.losses):
-            return
-        key = reference_key(config, self.default_batch)
-        if key in self.reference_losses:
-            return
-        losses = tuple(result.losses[:LOSS_CHECK_STEPS])
-        self.reference_losses[key] = losses
-        entry = self.references.entry(self.workload_key, self.environment, *key)
-        if self.references.losses(entry) is None:
-            self.references.save_losses(entry, losses, result.label)
-
-    def _reference_for(self, config: TuneConfig, now: bool = False) -> tuple[float, ...]:
-        """The fp32 eager losses for this configuration's batch size and gradient clipping: from
-        this search, the reference cache, or a reference run now (with full checkpointing, then
-        one sample at a time, where plain would not fit the device). () for a configuration that
-        is its own reference, or when no reference could run."""
-        if computes_reference(config):
-            return ()
-        key = reference_key(config, self.default_batch)
-        if key in self.reference_losses:
-            return self.reference_losses[key]
-        entry = self.references.entry(self.workload_key, self.environment, *key)
-        cached = self.references.losses(entry)
-        if cached is not None:
-            self.reference_losses[key] = cached
-            return cached
-        if key[0] != (self.space.start().batch_size or self.default_batch) and not now:
-            # At another batch than the run's, the reference runs only for a trial that wins
-            # (`_check_later`): most batch sizes tried never do, and an fp32 run of a large
-            # model at a doubled batch costs as much as a compiled trial.
-            return ()
-        return self._run_reference(config, key)
-
-    def _run_reference(self, config: TuneConfig, key: tuple[int, float]) -> tuple[float, ...]:
-        device = default_memory_budget(self.environment)
-        for reference in reference_configs(config):
-            peak = self._estimate(reference)
-            if peak is not None and peak.certain and peak.total > device:
-                continue
-            result = self.evaluate(reference, f"the fp32 reference's losses at batch {key[0]}",
-                                   kind="reference")
-            if result.status == "ok" and result.losses:
-                self._keep_reference(reference, result)
-                return tuple(result.losses[:LOSS_CHECK_STEPS])
-        self.reference_losses[key] = ()
-        return ()
-
     def _confirm_surprise(self, proposal: Proposal, result: TrialResult) -> TrialResult:
         """Run a contender again when its first measurement fell far below its prediction; the
         faster of the two runs stands (a disturbance only ever slows a run)."""
@@ -596,7 +481,7 @@ class Search:
         began = self.elapsed()
         self._begin(proposal.config, "measured far below its prediction: once more")
         try:
-            again = self._run(proposal.config, self._reference_for(proposal.config),
+            again = self._run(proposal.config, self.refs.for_config(proposal.config),
                               self._steps_for(proposal.config),
                               timeout=self._timeout(self._repeat_s(result)))
         except Exception as exc:
@@ -606,6 +491,7 @@ class Search:
                                    "ran", "measured far below its prediction: once more", began,
                                    self.elapsed(), again.tokens_per_s, *self._best_now()))
         if again.status in ("ok", "stopped") and (again.tokens_per_s or 0) > result.tokens_per_s:
+            again = replace(again, memory_estimate=result.memory_estimate)
             self.history.add(proposal.config, again)
             self.order = [again if r is result else r for r in self.order]
             self.store.record(again, self.environment, self.workload_key,
@@ -613,52 +499,15 @@ class Search:
             return again
         return result
 
-    def _fp32_step_s(self, batch: int) -> float | None:
-        """An fp32 eager step at `batch`, scaled from the slowest per sample of the runs that
-        computed the reference (the baseline, a checkpointed reference)."""
-        per_sample = [r.step_ms / 1e3 / r.batch_size for r in self.history.all()
-                      if r.status in ("ok", "stopped") and r.step_ms and r.batch_size
-                      and computes_reference(r.tune_config)]
-        return max(per_sample) * batch if per_sample else None
-
-    def _checked_elsewhere(self, config: TuneConfig) -> bool:
-        """A trial of the same numerics (every option but the batch, micro-batch and
-        checkpointing, which leave them alone) kept the reference's loss at another batch, and
-        this one's gradients were checked at its own: the check is not run again."""
-        same = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off",
-                "checkpoint_every": 2}
-        numerics = {**config.to_dict(), **same}
-        return any(r.loss_ok and {**r.config, **same} == numerics for r in self.history.all())
-
-    def _check_later(self, config: TuneConfig, result: TrialResult) -> None:
-        """A trial that ran without the reference's losses (another batch) and is now the best:
-        the reference runs at its batch and its losses are checked against it, as its worker
-        would have; one that left the tolerance is marked and loses its place."""
-        if computes_reference(config) or result.loss_ok is not None or result.status != "ok":
-            return
-        if self.history.best() is not result or self._checked_elsewhere(config):
-            return
-        fp32_step = self._fp32_step_s(config.batch_size or self.default_batch)
-        if self.plan.budget_s and self.times.reference_s(fp32_step) > self._time_left():
-            self.unchecked_note = (
-                f"the loss of {result.label} was not checked at batch {result.batch_size}: the "
-                "fp32 reference there would not fit in the time left (its first-step gradients "
-                "were checked)")
-            return
-        reference = self._reference_for(config, now=True)
-        if not reference:
-            return
-        tolerance = NUMERICS[numerics_class(dict(config.values))][0]
-        ok, worst = check_losses(result.losses, reference, tolerance)
-        if ok is None:
-            return
-        checked = replace(result, loss_ok=ok, loss_max_rel_error=worst, loss_tolerance=tolerance)
-        if not ok:
-            checked = replace(checked, status="loss-mismatch", message=(
-                f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
-                f"{tolerance:.1%}), checked after the run"))
+    def _check_later(self, config: TuneConfig, result: TrialResult) -> TrialResult:
+        """The best's loss checked after it ran, where it ran without the reference's."""
+        left = self._time_left() if self.plan.budget_s else float("inf")
+        checked = self.refs.check_later(config, result, left, self.times.reference_s)
+        if checked is None:
+            return result
         self.history.add(config, checked)
         self.order = [checked if r is result else r for r in self.order]
+        return checked
 
     # -- the outcome ---------------------------------------------------------------------------
     def _recommendation(self) -> tuple[TrialResult | None, remeasure.Verdict | None]:
@@ -691,7 +540,8 @@ class Search:
             out_of_time=self.out_of_time, interrupted=self.interrupted, error=self.error,
             elapsed_s=self.elapsed(), compared=list(self.compared), steps=self.plan.steps,
             warmup_steps=self.plan.warmup_steps, remeasured=verdict,
-            remeasure_note="; ".join(n for n in (self.remeasure_note, self.unchecked_note) if n),
+            remeasure_note="; ".join(n for n in (self.remeasure_note, getattr(
+                getattr(self, "refs", None), "unchecked_note", "")) if n),
             timeline=[e.to_dict() for e in self.timeline],
         )
         try:

@@ -55,8 +55,8 @@ class Footprint:
 
     def _after_ooms(self, config: TuneConfig) -> float:
         """A configuration that ran out of memory needed more than the device holds: one whose
-        estimate is at least as large does too, one 10% smaller fits even odds, one 20% smaller
-        most likely."""
+        estimate is about as large (within 5%) does too, one 10% smaller fits even odds, one
+        20% smaller most likely."""
         mine = None
         chance = 1.0
         for r in self.history.all():
@@ -73,7 +73,7 @@ class Footprint:
             if theirs is None or mine is None or theirs.total <= 0:
                 continue
             ratio = mine.total / theirs.total
-            chance = min(chance, normal_cdf((1 - ratio) / 0.1 - 1))
+            chance = min(chance, normal_cdf((0.9 - ratio) / 0.05))
         return chance
 
     def bytes(self, config: TuneConfig) -> int | None:

@@ -56,7 +56,7 @@ def check(name: str, seq_len: int | None = None, data: str | None = None) -> str
 
 def build(name: str, seq_len: int | None, seed: int, data: str | None, device: str):
     """The `Workload` of `name` (in the worker). WorkloadError with one line for the user."""
-    from tuner_tui.engine.workloads import WorkloadError
+    from tuner_tui.engine.workloads.errors import WorkloadError
 
     problem = check(name, seq_len, data)
     if problem:
@@ -70,7 +70,7 @@ def build(name: str, seq_len: int | None, seed: int, data: str | None, device: s
 def import_package(package: str) -> ModuleType:
     """`import package` in the worker, or WorkloadError with one line: a package can be
     installed and still not import (a torchvision built for another torch)."""
-    from tuner_tui.engine.workloads import WorkloadError
+    from tuner_tui.engine.workloads.errors import WorkloadError
 
     try:
         return importlib.import_module(package)

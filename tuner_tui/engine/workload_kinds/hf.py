@@ -166,7 +166,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _read_pretrained_config(transformers, file: Path, model_type: str):
-    from tuner_tui.engine.workloads import WorkloadError
+    from tuner_tui.engine.workloads.errors import WorkloadError
 
     try:
         return transformers.AutoConfig.from_pretrained(str(file))

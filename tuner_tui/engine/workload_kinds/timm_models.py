@@ -24,7 +24,7 @@ def build(name: str, seq_len, seed: int, data, device: str):
 
     from tuner_tui.engine.workload_kinds import import_package
     from tuner_tui.engine.workload_kinds.images import image_workload
-    from tuner_tui.engine.workloads import WorkloadError
+    from tuner_tui.engine.workloads.errors import WorkloadError
 
     timm = import_package("timm")
     if not timm.is_model(name):

@@ -25,7 +25,7 @@ def check(name: str) -> str | None:
 def build(name: str, seq_len, seed: int, data, device: str):
     from tuner_tui.engine.workload_kinds import import_package
     from tuner_tui.engine.workload_kinds.images import image_workload
-    from tuner_tui.engine.workloads import WorkloadError
+    from tuner_tui.engine.workloads.errors import WorkloadError
 
     torchvision = import_package("torchvision")
     models = torchvision.models

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from strategies.errors import ConfigError
+from tuner_tui.engine.workloads.errors import WorkloadError  # noqa: F401  (raised here, imported from here)
 from strategies.registry import MAX_BATCH_SIZE
 from tuner_tui.engine.workloads import gpt, llama
 from tuner_tui.engine.workloads.data import SyntheticTokens, TextFileTokens
@@ -29,12 +29,6 @@ from tuner_tui.engine.workloads.data import SyntheticTokens, TextFileTokens
 MAX_ITEMS_PER_SAMPLE = 2**31
 """Items (tokens) per sample: far above any sequence that fits a machine, low enough that a
 typo cannot overflow the throughput arithmetic."""
-
-
-class WorkloadError(ConfigError):
-    """A workload that cannot be built or used; the message is one line for the user. A
-    ConfigError, so that raised during a trial (`build_model` returning no model) it makes an
-    "invalid" row, not a crash."""
 
 
 def default_optimizer(model: nn.Module) -> torch.optim.Optimizer:

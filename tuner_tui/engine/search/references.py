@@ -1,0 +1,147 @@
+"""The fp32 reference's losses for one search: what every trial's loss is checked against.
+
+They come from this search (a run that computes them: the baseline), the reference cache on disk
+(`reference_cache.py`: a search before this one), or a reference run now (fp32, eager, SDPA; with
+full checkpointing, then one sample at a time, where the device would not hold it). At a batch
+other than the run's, the reference runs only for a trial that becomes the best, and that trial's
+losses are checked after it ran (`check_later`), unless the same numerics kept the loss at
+another batch. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from strategies.config import TuneConfig
+from strategies.registry import NUMERICS, numerics_class
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.reference import (
+    LOSS_CHECK_STEPS, check_losses, computes_reference, reference_configs, reference_key,
+)
+from tuner_tui.engine.reference_cache import ReferenceCache
+from tuner_tui.engine.search.history import History
+
+Key = tuple[int, float]
+"""Batch size and gradient clipping: what a reference's losses depend on."""
+
+
+class References:
+    def __init__(self, cache: ReferenceCache, workload_key: str, environment: dict,
+                 default_batch: int, run_batch: int, history: History,
+                 run: Callable[[TuneConfig, str], TrialResult],
+                 fits_device: Callable[[TuneConfig], bool]) -> None:
+        self.cache = cache
+        self.workload_key = workload_key
+        self.environment = environment
+        self.default_batch = default_batch
+        self.run_batch = run_batch
+        """The batch of the search's start: its reference runs at once, others only if needed."""
+        self.history = history
+        self.run = run
+        """Runs a reference configuration as a trial of its own (a row of the search)."""
+        self.fits_device = fits_device
+        self.losses: dict[Key, tuple[float, ...]] = {}
+        self.unchecked_note = ""
+
+    def key(self, config: TuneConfig) -> Key:
+        return reference_key(config, self.default_batch)
+
+    def entry(self, config: TuneConfig):
+        """The reference cache's folder for `config`'s batch and clipping."""
+        return self.cache.entry(self.workload_key, self.environment, *self.key(config))
+
+    def known(self, config: TuneConfig) -> bool:
+        """Whether a trial of `config` will not wait for a reference run first."""
+        key = self.key(config)
+        if key[0] != self.run_batch:
+            return True  # checked later, and only if it wins
+        return key in self.losses or self.cache.losses(self.entry(config)) is not None
+
+    def keep(self, config: TuneConfig, result: TrialResult) -> None:
+        """A run that computes the reference keeps its losses for every later trial and search."""
+        if not (computes_reference(config) and result.status == "ok" and result.losses):
+            return
+        key = self.key(config)
+        if key in self.losses:
+            return
+        losses = tuple(result.losses[:LOSS_CHECK_STEPS])
+        self.losses[key] = losses
+        if self.cache.losses(self.entry(config)) is None:
+            self.cache.save_losses(self.entry(config), losses, result.label)
+
+    def for_config(self, config: TuneConfig, now: bool = False) -> tuple[float, ...]:
+        """The reference's losses for `config`'s batch and clipping, run now where needed
+        (`now`: also at another batch than the run's). () for a configuration that is its own
+        reference, or when none could run."""
+        if computes_reference(config):
+            return ()
+        key = self.key(config)
+        if key in self.losses:
+            return self.losses[key]
+        cached = self.cache.losses(self.entry(config))
+        if cached is not None:
+            self.losses[key] = cached
+            return cached
+        if key[0] != self.run_batch and not now:
+            # Most batch sizes tried never win, and an fp32 run of a large model at a doubled
+            # batch costs as much as a compiled trial.
+            return ()
+        for reference in reference_configs(config):
+            if not self.fits_device(reference):
+                continue
+            result = self.run(reference, f"the fp32 reference's losses at batch {key[0]}")
+            if result.status == "ok" and result.losses:
+                self.keep(reference, result)
+                return tuple(result.losses[:LOSS_CHECK_STEPS])
+        self.losses[key] = ()
+        return ()
+
+    def fp32_step_s(self, batch: int) -> float | None:
+        """An fp32 eager step at `batch`, scaled from the slowest per sample of the runs that
+        computed the reference (the baseline, a checkpointed reference)."""
+        per_sample = [r.step_ms / 1e3 / r.batch_size for r in self.history.all()
+                      if r.status in ("ok", "stopped") and r.step_ms and r.batch_size
+                      and computes_reference(r.tune_config)]
+        return max(per_sample) * batch if per_sample else None
+
+    def checked_elsewhere(self, config: TuneConfig) -> bool:
+        """A trial of the same numerics (every option but the batch, micro-batch and
+        checkpointing, which leave them alone) kept the reference's loss at another batch, and
+        this one's gradients were checked at its own: the check is not run again."""
+        same = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off",
+                "checkpoint_every": 2}
+        numerics = {**config.to_dict(), **same}
+        return any(r.loss_ok and {**r.config, **same} == numerics for r in self.history.all())
+
+    def check_later(self, config: TuneConfig, result: TrialResult,
+                    seconds_left: float, reference_s: Callable[[float | None], float]
+                    ) -> TrialResult | None:
+        """A trial that ran without the reference's losses (another batch) and is now the
+        best: the reference runs at its batch and the trial's losses are checked against it, as
+        its worker would have. Returns the row checked (a "loss-mismatch" where it left the
+        tolerance), or None where nothing was checked."""
+        if computes_reference(config) or result.loss_ok is not None or result.status != "ok":
+            return None
+        if self.history.best() is not result or self.checked_elsewhere(config):
+            return None
+        fp32_step = self.fp32_step_s(config.batch_size or self.default_batch)
+        if reference_s(fp32_step) > seconds_left:
+            self.unchecked_note = (
+                f"the loss of {result.label} was not checked at batch {result.batch_size}: the "
+                "fp32 reference there would not fit in the time left (its first-step gradients "
+                "were checked)")
+            return None
+        reference = self.for_config(config, now=True)
+        if not reference:
+            return None
+        tolerance = NUMERICS[numerics_class(dict(config.values))][0]
+        ok, worst = check_losses(result.losses, reference, tolerance)
+        if ok is None:
+            return None
+        checked = replace(result, loss_ok=ok, loss_max_rel_error=worst, loss_tolerance=tolerance)
+        if not ok:
+            checked = replace(checked, status="loss-mismatch", message=(
+                f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
+                f"{tolerance:.1%}), checked after the run"))
+        return checked
