@@ -54,7 +54,7 @@ def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(wor
     rows = {}
     for parallel, devices in (("ddp", 2), ("fsdp2", 2), ("none", 1)):
         config = TuneConfig.from_dict({"parallel": parallel, "devices": devices, "batch_size": 8})
-        client.send(P.RunTrial(config, steps=3, warmup_steps=1))
+        client.send(P.RunTrial(config, steps=3, warmup_steps=1, max_steps=3))
         done, events = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished), done
         rows[parallel] = (done.result, [e for e in events if isinstance(e, P.StepMeasured)])
@@ -87,7 +87,7 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
     for parallel in ("none", "ddp", "fsdp2"):
         config = TuneConfig.from_dict(
             {"parallel": parallel, "devices": 1 if parallel == "none" else n, "batch_size": 8})
-        client.send(P.RunTrial(config, steps=3, warmup_steps=1))
+        client.send(P.RunTrial(config, steps=3, warmup_steps=1, max_steps=3))
         done, _ = until(client, (P.TrialFinished, P.RunFailed))
         assert isinstance(done, P.TrialFinished) and done.result.status == "ok", done
         results[parallel] = done.result

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol
 
-from strategies.config import ConfigError, ExportedConfig, TuneConfig, save
+from strategies import exports
+from strategies.config import ConfigError, ExportedConfig, TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.app.search import LiveSearch
 from tuner_tui.app.session import Row, Session
@@ -313,12 +314,15 @@ class Controller:
 
     def write_export(self, exported: ExportedConfig, path: str, fmt_name: str | None) -> None:
         try:
-            written = save(exported, path, fmt_name)
+            written = exports.write(exported, path, fmt_name)
         except ConfigError as exc:
             self.controls.notify(str(exc), title="export failed", severity="error", timeout=10)
             return
-        self.controls.notify(f"{exported.config.label()} → {written.resolve()}", title="exported", timeout=8)
-        self.session.log("info", f"exported {exported.config.label()} to {written.resolve()}")
+        where = written.path.resolve()
+        said = [f"{exported.config.label()} → {where}", *written.lines()]
+        self.controls.notify("\n".join(said), title="exported", timeout=8)
+        self.session.log("info", f"exported {exported.config.label()} to {where}"
+                         + "".join(f"; {n}" for n in written.lines()))
 
     def reapply_row(self, row: Row | None) -> None:
         if row is None:

@@ -13,6 +13,8 @@ from tuner_tui.engine.search.memory import MemoryEstimate, estimate
 
 CERTAIN_SD = 0.07
 UNCERTAIN_SD = 0.20
+# How sharply the chance to fit falls as an estimate nears one that ran out of memory.
+OOM_RATIO_SD = 0.03
 
 
 def normal_cdf(z: float) -> float:
@@ -55,8 +57,8 @@ class Footprint:
 
     def _after_ooms(self, config: TuneConfig) -> float:
         """A configuration that ran out of memory needed more than the device holds: one whose
-        estimate is about as large (within 5%) does too, one 10% smaller fits even odds, one
-        20% smaller most likely."""
+        estimate is about as large (within 3%) does too (a chance under NOT_FITTING's 2%, so it
+        is not tried), one 10% smaller fits even odds, one 15% smaller most likely."""
         mine = None
         chance = 1.0
         for r in self.history.all():
@@ -73,7 +75,7 @@ class Footprint:
             if theirs is None or mine is None or theirs.total <= 0:
                 continue
             ratio = mine.total / theirs.total
-            chance = min(chance, normal_cdf((0.9 - ratio) / 0.05))
+            chance = min(chance, normal_cdf((0.9 - ratio) / OOM_RATIO_SD))
         return chance
 
     def bytes(self, config: TuneConfig) -> int | None:
