@@ -321,10 +321,13 @@ def test_an_oom_is_recorded_and_the_search_goes_on(home):
         fixed={"precision": "fp32"})
     statuses = [(r.config["batch_size"], r.status) for r in outcome.results]
     # The expert's recipe takes the larger batch, which runs out of memory: recorded, and the
-    # search goes on at the batch that fits, never trying the one that did not fit again.
+    # search goes on at the batch that fits, never sending a configuration that did not fit
+    # again. (Whether the other optimizer at batch 16 is tried depends on the CPU peaks the
+    # estimates scale from, which a busy host moves: test_fit.py has the rule itself.)
     assert statuses[0] == (0, "ok") and (16, "oom") in statuses
-    assert statuses.count((16, "oom")) == 1
-    assert [c["batch_size"] for c in executor.sent].count(16) == 1
+    sent = [json.dumps(c, sort_keys=True) for c in executor.sent]
+    assert len(sent) == len(set(sent))
+    assert all(status == "oom" for batch, status in statuses if batch == 16)
     assert "out of memory" in log
     assert outcome.recommendation is not None and outcome.recommendation.batch_size == 8
     stored = {(s.config["batch_size"], s.result.status) for s in store.past()}
