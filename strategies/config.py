@@ -102,10 +102,12 @@ class TuneConfig:
         _check_rules(canonical)
         object.__setattr__(self, "values", tuple(canonical.items()))
         object.__setattr__(self, "_by_key", canonical)
+        self.__dict__.update(canonical)  # each option an attribute: read without __getattr__
 
     # -- access -------------------------------------------------------------------------------
     def __getattr__(self, key: str) -> Any:
-        # Only called for names that are not real attributes: the option keys.
+        # Only called for names that are not instance attributes: an option key of a copy
+        # unpickled from an older class, or a name that is not an option.
         if key.startswith("__") or key == "_by_key":
             raise AttributeError(key)
         by_key = self.__dict__.get("_by_key")
@@ -118,7 +120,10 @@ class TuneConfig:
             raise AttributeError(f"TuneConfig has no option {key!r}") from None
 
     def __getitem__(self, key: str) -> Any:
-        return self.__getattr__(key)
+        try:
+            return self.__dict__["_by_key"][key]
+        except KeyError:
+            return self.__getattr__(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.values}
@@ -142,6 +147,7 @@ class TuneConfig:
         new = object.__new__(TuneConfig)
         object.__setattr__(new, "values", tuple(merged.items()))
         object.__setattr__(new, "_by_key", merged)
+        new.__dict__.update(merged)
         return new
 
     def _options(self) -> dict[str, Any]:

@@ -114,6 +114,7 @@ class AnytimeSearch(SearchStrategy):
         self.time_available = time_available
         self.reference_ready = reference_ready
         self.proposals: dict[str, Proposal] = {}
+        self._singles: dict[TuneConfig, list] = {}
         self.expert: TuneConfig | None = None
         self.footprint: Footprint | None = None
         self._pool_size = 0
@@ -208,6 +209,22 @@ class AnytimeSearch(SearchStrategy):
         """Every single move from `config` (with the options it interacts with); and where a
         move would likely miss the budget (a larger batch, checkpointing taken off), the same
         with each memory lever that may bring it back."""
+        singles = self._singles.get(config)
+        if singles is None:
+            singles = self._singles[config] = self._single_moves(config)
+        yield from singles
+        if self.budget_bytes is None:
+            return
+        for keys, child in singles:
+            if len(keys) > 1 or self.footprint.chance_to_fit(child) >= 0.5:
+                continue
+            for key, closer in memory_moves(self.space, child):
+                if key not in keys and closer != config:
+                    yield keys + (key,), closer
+
+    def _single_moves(self, config: TuneConfig) -> list[tuple[tuple[str, ...], TuneConfig]]:
+        """The moves from `config` that depend on the space alone (kept per configuration: the
+        search asks for the same parents' moves at every trial)."""
         singles: list[tuple[tuple[str, ...], TuneConfig]] = []
         for key, values in self.space.choices:
             if key in ("batch_size", "micro_batch_size"):
@@ -233,15 +250,7 @@ class AnytimeSearch(SearchStrategy):
                 child = variant(self.space, config, micro_batch_size=other)
                 if child is not None and child != config:
                     singles.append((("micro_batch_size",), child))
-        yield from singles
-        if self.budget_bytes is None:
-            return
-        for keys, child in singles:
-            if len(keys) > 1 or self.footprint.chance_to_fit(child) >= 0.5:
-                continue
-            for key, closer in memory_moves(self.space, child):
-                if key not in keys and closer != config:
-                    yield keys + (key,), closer
+        return singles
 
     def _batch_moves(self, config: TuneConfig) -> list[TuneConfig]:
         if "batch_size" not in dict(self.space.choices):
