@@ -17,7 +17,8 @@ class Prior:
     throughput over the option's default value's, as (mean, standard deviation). `cuda` on a GPU,
     `cpu` on the CPU (None: as on a GPU); `compiled` replaces either where the configuration
     runs under torch.compile, `large` on models of a billion parameters or more (what pays on a
-    large model, such as bf16 weights or float8, often loses on a small one). The search ranks
+    large model, such as bf16 weights or float8, often loses on a small one), and `eager`, where
+    set, replaces them all without torch.compile (what pays only compiled). The search ranks
     candidates by these until it has measured the lever itself, and learns them from this
     machine's result store (`tuner_tui/engine/search/priors.py`)."""
 
@@ -25,12 +26,15 @@ class Prior:
     cpu: tuple[float, float] | None = None
     compiled: tuple[float, float] | None = None
     large: tuple[float, float] | None = None
+    eager: tuple[float, float] | None = None
     risk: float = 0.01
     """The chance the value fails on a machine and model it was not tried on (a compile error,
     a divergence, numerics out of tolerance): where a trial of several new values fails, the
     riskiest take most of the blame."""
 
     def pick(self, device: str, compiled: bool = False, large: bool = False) -> tuple[float, float]:
+        if not compiled and self.eager is not None:
+            return self.eager
         if large and self.large is not None:
             return self.large
         if compiled and self.compiled is not None:

@@ -204,9 +204,13 @@ STRATEGIES: tuple[Strategy, ...] = (
                 search=SearchFacts(
                     values=("off", "tensorwise", "rowwise"), lever="both", activations=True,
                     reference=("off",), numerics={"tensorwise": "fp8", "rowwise": "fp8"},
-                    # torchao float8 lost 10% on GPT-2 124M and won 10% on a 1.1B Llama (H200).
-                    prior={"tensorwise": Prior((-0.05, 0.08), large=(0.06, 0.06), risk=0.1),
-                           "rowwise": Prior((-0.08, 0.08), large=(0.04, 0.06), risk=0.1)},
+                    # torchao float8 lost 10% on GPT-2 124M and won 10% on a 1.1B Llama (H200),
+                    # compiled; without compile its casts run unfused, 1.1-3.4x slower than
+                    # half precision (pytorch/ao#685): it pays only compiled.
+                    prior={"tensorwise": Prior((-0.05, 0.08), large=(0.06, 0.06),
+                                               eager=(-0.25, 0.15), risk=0.1),
+                           "rowwise": Prior((-0.08, 0.08), large=(0.04, 0.06),
+                                            eager=(-0.3, 0.15), risk=0.1)},
                     addresses=("compute",),
                 ),
             ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import statistics
 
 import pytest
@@ -28,7 +29,7 @@ from tuner_tui.engine.search.expert import memory_moves
 FIVE_MINUTES = 300.0
 MEAN_REGRET = 0.10
 """The mean regret at five minutes each fifty of these searches stays under (over the 200: about
-7%; docs/search.md says what is measured, and why the issue's 2% is not reached at five minutes
+6%; docs/search.md says what is measured, and why the issue's 2% is not reached at five minutes
 for models of a billion parameters and more)."""
 
 
@@ -275,9 +276,43 @@ def test_the_time_budget_is_used_and_the_time_line_says_how(tmp_path):
         assert unused <= max(walls), f"seed {seed}: {unused:.0f} s unused"
         first = outcome.timeline[0]
         assert first["why"] == "the fp32 eager baseline" and first["started_s"] >= 0
-        assert any(e["why"] == "the expert's recipe" for e in outcome.timeline)
+        # (its eager version first where the compiled one would take much of the time left)
+        assert any(e["why"].startswith("the expert's recipe") for e in outcome.timeline)
         assert all(a["ended_s"] <= b["started_s"] + 1e-9 or b["kind"] == "reference"
                    for a, b in zip(outcome.timeline, outcome.timeline[1:]))
+
+
+def test_a_model_that_compiles_for_minutes_gets_the_eager_recipe_first(tmp_path):
+    """Where the expert's compiled recipe would take much of the time left (a model of billions
+    of parameters compiles for minutes), its eager version runs first and holds an answer within
+    seconds; the compiled recipe follows. A small model's recipe compiles in seconds: as before."""
+    seen = {"large": 0, "small": 0}
+    for seed in range(900, 960):
+        o = Oracle(seed, fault_rate=0.0, budget_kind="none")  # (over a budget: no answer yet)
+        size = "large" if o.params >= 1.5e9 else "small" if o.params < 3e8 else None
+        if size is None or seen[size] >= 3:
+            continue
+        seen[size] += 1
+        outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
+        trials = [e for e in outcome.timeline if e["kind"] == "trial"]
+        whys = [e["why"] for e in trials]
+        eager = [i for i, why in enumerate(whys)
+                 if why.startswith("the expert's recipe without compile")]
+        if size == "small":
+            assert not eager and "the expert's recipe" in whys, whys
+            continue
+        assert eager == [1], whys  # right after the baseline
+        first = trials[1]
+        assert "compile" not in first["label"]
+        if first["status"] == "ok":  # an answer after one short trial
+            assert first["best_tokens_per_s"] is not None and first["ended_s"] < 120
+        # The compiled recipe follows, where it still fits in the time left.
+        took, left = map(float, re.findall(r"about (\d+) s of the (\d+) s", whys[1])[0])
+        if took <= left - (first["ended_s"] - first["started_s"]) - 5:
+            assert whys[2] == "the expert's recipe" and "compile" in trials[2]["label"], whys
+        else:
+            assert "the expert's recipe" not in whys, whys
+    assert seen == {"large": 3, "small": 3}
 
 
 def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tmp_path):

@@ -39,6 +39,10 @@ NOT_FITTING = 0.02
 DONE_GAIN = 0.003
 """Without a time budget, the search ends when no candidate is expected to gain 0.3%; with one
 it goes on while a trial fits in the time left."""
+EAGER_FIRST_SHARE = 0.25
+"""Where the expert's compiled recipe would take more than this share of the time left (a
+billion-parameter model compiles for minutes), its eager version is measured first: an answer
+near the recipe's in seconds, which a failed or slow compile cannot take away."""
 BOTTLENECK_WEIGHT = 1.5
 """With --profile: a move of an option that addresses the incumbent's bottleneck counts this
 much more."""
@@ -116,6 +120,8 @@ class AnytimeSearch(SearchStrategy):
         self.proposals: dict[str, Proposal] = {}
         self._singles: dict[TuneConfig, list] = {}
         self.expert: TuneConfig | None = None
+        self.expert_pending = False
+        """The expert's compiled recipe is still to come after its eager version."""
         self.footprint: Footprint | None = None
         self._pool_size = 0
         self.last: Proposal | None = None
@@ -134,10 +140,36 @@ class AnytimeSearch(SearchStrategy):
                 start, None)))
         if self.expert is None:
             self.expert = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes)
+            first = self._eager_first(history)
+            if first is not None:
+                return self._keep(first)
             if self.expert not in history:
                 return self._keep(self._predicted(self.expert, "the expert's recipe", history))
+        if self.expert not in history and self.expert_pending:
+            self.expert_pending = False
+            expert = self._predicted(self.expert, "the expert's recipe", history)
+            available = self.time_available()
+            if available is None or expert.trial_s <= available:
+                return self._keep(expert)
         best = self._best_candidate(history)
         return self._keep(best) if best is not None else None
+
+    def _eager_first(self, history: History) -> Proposal | None:
+        """The expert's eager recipe, where the compiled one would take more than
+        EAGER_FIRST_SHARE of the time left; the compiled one follows it."""
+        available = self.time_available()
+        if available is None or self.expert.compile_mode == "off" or self.expert in history:
+            return None
+        compiled = self._predicted(self.expert, "the expert's recipe", history)
+        if compiled.trial_s <= EAGER_FIRST_SHARE * available:
+            return None
+        eager = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes, eager=True)
+        if eager in history or eager == self.expert:
+            return None
+        self.expert_pending = True
+        return self._predicted(
+            eager, f"the expert's recipe without compile, first: compiling would take about "
+                   f"{compiled.trial_s:.0f} s of the {available:.0f} s left", history)
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float,
                 history: History) -> None:

@@ -46,10 +46,15 @@ def _make_variant(space: SearchSpace, config: TuneConfig, changes: dict) -> Tune
         return None
 
 
-def speed_recipe(space: SearchSpace, ctx: Context, start: TuneConfig) -> TuneConfig:
-    """Each searched speed lever at the value whose prior mean is highest, in turn."""
+COMPILE_KEYS = ("compile_mode", "compile_scope")
+
+
+def speed_recipe(space: SearchSpace, ctx: Context, start: TuneConfig,
+                 held: tuple[str, ...] = ()) -> TuneConfig:
+    """Each searched speed lever (but those `held` at the start's value) at the value whose
+    prior mean is highest, in turn."""
     keys = [k for k, _ in space.choices if OPTIONS[k].search.lever in ("speed", "both")
-            and k not in ("batch_size", "micro_batch_size")]
+            and k not in ("batch_size", "micro_batch_size") + held]
     keys.sort(key=lambda k: k not in MOVED_FIRST)
     config = start
     for key in keys:
@@ -127,8 +132,11 @@ def grow(space: SearchSpace, footprint: Footprint, config: TuneConfig, budget: i
 
 
 def expert_recipe(space: SearchSpace, ctx: Context, footprint: Footprint,
-                  budget: int | None) -> TuneConfig:
-    config = speed_recipe(space, ctx, space.start())
+                  budget: int | None, eager: bool = False) -> TuneConfig:
+    """The recipe; `eager`: the best one without torch.compile (what pays beside it chosen for
+    eager execution), measured first where the compiled recipe's trial would take much of the
+    time left."""
+    config = speed_recipe(space, ctx, space.start(), held=COMPILE_KEYS if eager else ())
     if budget is not None:
         config = fit(space, ctx, footprint, config, budget)
         config = grow(space, footprint, config, budget)
