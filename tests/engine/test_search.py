@@ -392,7 +392,9 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
             "--set", "attention=manual", "--set", "fused_kernels=",
             "--set", "weights=fp32", "--set", "optimizer_state=fp32", "--set", "micro_batch_size=0",
             "--out", str(out), "--json", str(js), "--format", "hf",
-            "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB"]
+            "--store", str(tmp_path / "s.sqlite3"), "--max-memory", "8GiB",
+            # (the leaders' re-measurement in fresh workers: test_noise.py)
+            "--remeasure", "0"]
     proc = gputune(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Pareto front" in proc.stdout and "Recommended:" in proc.stdout
@@ -414,9 +416,7 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     assert "optim:" in (tmp_path / "best-hf.yaml").read_text()
     [report] = tmp_path.glob("best-report-20*.txt")
     assert "Recommended:" in report.read_text() and f"wrote {report}" in proc.stdout
-    # Re-measured interleaved only when the two lay within a few spreads of each other.
-    assert doc["remeasured"] is None or doc["remeasured"]["winner"] == doc["recommendation"]["label"]
-    proc2 = gputune(*args, "--remeasure", "0")
+    proc2 = gputune(*args)
     # Nothing measured twice (the first run also taught the priors: bf16 on the CPU is slow,
     # and may not be proposed again).
     assert proc2.returncode == 0 and proc2.stdout.count("skipped as measured") >= 2
