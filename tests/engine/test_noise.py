@@ -106,11 +106,12 @@ def test_remeasure_runs_the_leaders_interleaved():
 
 
 def test_tune_re_measures_close_leaders_in_fresh_workers_and_reports_them(tmp_path, monkeypatch):
-    from tests.engine.test_search import _search
+    from tests.engine.test_search import _search, hold_off_second_runs
     from tuner_tui.engine import search
     from tuner_tui.engine.store import ResultStore
 
     monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path / "home"))
+    hold_off_second_runs(monkeypatch)
     # Every eligible row counts as a leader here, so that the CPU's timings cannot decide
     # whether the re-measurement happens.
     monkeypatch.setattr(remeasure, "MIN_LEADER_GAP", 10.0)
