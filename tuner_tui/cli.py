@@ -10,6 +10,7 @@ This module imports no torch; the worker processes do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import math
@@ -17,8 +18,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 from strategies import exports
 from strategies.config import ConfigError, ExportedConfig, format_of, parse_assignments, read
@@ -720,15 +724,46 @@ def cmd_dashboard(args) -> int:
     return run_dashboard(worker_spec(args), start, budget)
 
 
+STOP_WATCHDOG_S = 30.0
+"""After an interrupt, the orderly stop (each worker asked, then terminated, then killed: a few
+seconds each) gets this long; past it, a watchdog kills the workers and gputune exits 130 (a
+CI run once saw gputune sleep for a minute after Ctrl-C on a loaded host)."""
+_watchdog: threading.Timer | None = None
+
+
+def _stop_by_force() -> None:
+    with contextlib.suppress(Exception):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    with contextlib.suppress(Exception):
+        print(f"gputune: the workers did not stop within {STOP_WATCHDOG_S:.0f} s of the "
+              "interrupt: killed", file=sys.stderr)
+        print("gputune: interrupted", file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(130)
+
+
 def _raise_interrupt(signum, frame):
+    global _watchdog
+    if _watchdog is None:
+        _watchdog = threading.Timer(STOP_WATCHDOG_S, _stop_by_force)
+        _watchdog.daemon = True
+        _watchdog.start()
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     # Before anything prints or binds sys.stdout (a default argument such as `out=sys.stdout`
     # binds it at import): a closed terminal then costs the printing, never the results.
+    global _watchdog
     with terminal_streams():
-        return _main(argv)
+        try:
+            return _main(argv)
+        finally:  # stopped in order: the watchdog has nothing to do
+            if _watchdog is not None:
+                _watchdog.cancel()
+                _watchdog = None
 
 
 def _main(argv: list[str] | None) -> int:
@@ -737,8 +772,9 @@ def _main(argv: list[str] | None) -> int:
     # the user ignored (`nohup gputune tune ...`) stays ignored, so the search outlives the
     # terminal, as a SIGINT ignored by the shell (a background job) does.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _raise_interrupt)
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _raise_interrupt)
     try:
         args = parse_args(argv)
         knob_problems = kernel_knobs.problems()  # read by the kernels in the worker: check first

@@ -161,3 +161,32 @@ def test_under_nohup_a_closed_terminal_leaves_the_bench_running(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     _, err = _communicate(proc, 60)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "gputune: interrupted", err
+
+
+WEDGED = """
+import os, signal, subprocess, sys, time
+from tuner_tui import cli
+cli.STOP_WATCHDOG_S = 1.0
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+signal.signal(signal.SIGINT, cli._raise_interrupt)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+except KeyboardInterrupt:
+    time.sleep(30)  # an orderly stop that never ends (a lock a worker left held)
+"""
+
+
+def test_an_interrupted_run_whose_stop_hangs_is_ended_by_the_watchdog():
+    """After Ctrl-C, gputune stops in order; where that stop itself hangs, the watchdog kills
+    the workers and exits 130 with the usual last line, STOP_WATCHDOG_S later."""
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", WEDGED], capture_output=True, text=True,
+                          cwd=ROOT, timeout=30)
+    assert time.monotonic() - began < 15
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "gputune: interrupted", proc.stderr
+    assert "did not stop within 1 s of the interrupt: killed" in proc.stderr
+    child = int(proc.stdout.split()[0])
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
