@@ -22,8 +22,6 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-import psutil
-
 from strategies import exports
 from strategies.config import ConfigError, ExportedConfig, format_of, parse_assignments, read
 from strategies.files import (
@@ -733,6 +731,8 @@ _watchdog: threading.Timer | None = None
 
 def _stop_by_force() -> None:
     with contextlib.suppress(Exception):
+        import psutil  # (here: the CLI itself imports nothing outside the standard library)
+
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 child.kill()
