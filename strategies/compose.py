@@ -44,6 +44,8 @@ class TunedRun:
     """The repeated blocks to checkpoint or compile one by one; None: found automatically."""
     accumulation_steps: int = 1
     """Micro-batches per optimizer step, set by `micro_batches`; `backward` divides by it."""
+    micro_backwards: int = 0
+    """Backward passes since `micro_batches` split the current batch."""
     after_backward: Callable[[nn.Module], None] | None = None
     """Called with the model once the gradients are complete (unscaled), before clipping and
     the optimizer step: gputune's trainer checks the first step's gradients here."""
@@ -67,6 +69,7 @@ class TunedRun:
             raise ConfigError("micro_batches: the batch holds no tensor to split")
         count = self.config.accumulation_steps(size)
         self.accumulation_steps = count
+        self.micro_backwards = 0
         if count == 1:
             return [batch]
         part = size // count
@@ -81,6 +84,19 @@ class TunedRun:
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         loss.backward()
+        self.micro_backwards += 1
+        if (self.accumulation_steps > 1 and self.micro_backwards == 1
+                and self.config.compile_mode == "reduce-overhead"):
+            self._own_gradients()
+
+    def _own_gradients(self) -> None:
+        """Under CUDA graphs the first micro-batch's gradients are the graph's output buffers,
+        which the next micro-batch's replay overwrites before they are added to (PyTorch stops
+        with "accessing tensor output of CUDAGraphs that has been overwritten"; seen on an H200
+        with torch 2.11). A copy of each makes them ours; later micro-batches add into it."""
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad = p.grad.clone()
 
     def step(self, loss: torch.Tensor | None = None, *, zero_grad: bool = True) -> None:
         """Backward of `loss` (if given; else `backward` was called per micro-batch), unscale
