@@ -169,10 +169,14 @@ class SearchSpace:
         ) and (config.compile_mode == "off" or config.compile_scope in self.values("compile_scope"))
 
     def _listed(self, key: str, config: TuneConfig) -> bool:
-        """The option's value is one of the space's, as `canonical` would put it."""
+        """The option's value is one of the space's, as `canonical` would put it; for the fused
+        kernels, any part of a listed set (a compiled recipe's kernels, without Inductor's,
+        run eager: each kernel in it was allowed)."""
         values = self.values(key)
         if key == "fused_kernels":
-            values = [self.canonical(config.replace(fused_kernels=v)).fused_kernels for v in values]
+            mine = set(config.fused_kernels)
+            return any(mine <= set(self.canonical(config.replace(fused_kernels=v)).fused_kernels)
+                       for v in values)
         return plain(config[key]) in [plain(v) for v in values]
 
     def _grown(self, key: str, value: Any) -> bool:
