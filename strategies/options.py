@@ -54,7 +54,8 @@ class SearchFacts:
     the option at the user's value (or its default) unless `--search` names it."""
     lever: str = "speed"
     """speed: changes the step time; memory: frees memory at a cost in speed; both; parallel:
-    how several devices share the work."""
+    how several devices share the work; training: changes what is learned, not the step time
+    (searched only where asked, and expected to change nothing)."""
     activations: bool = False
     """Changes what a sample holds besides parameters, gradients and optimizer state
     (activations, logits, compile's buffers): the memory model compares only trials equal in

@@ -94,6 +94,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "Clip the global gradient norm to this value (0 turns clipping off)",
                 minimum=0.0,
                 label="Gradient clip",
+                search=SearchFacts(lever="training"),
             ),
         ),
     ),

@@ -66,7 +66,11 @@ FIRST_STEPS_MIN = 5
 SURPRISE_SDS = 4.0
 """A trial measured this many of its prediction's deviations (and 5%) below what was expected
 of it runs once more before it is believed: a disturbed run (another process on the GPU, a
-clock throttled for the run) must not close a direction the priors said pays."""
+clock throttled for the run) must not close a direction the priors said pays ..."""
+SURPRISE_SHARE = 0.2
+"""... where running it again takes at most this share of the time left: disturbances are rare,
+and on a large model one more run can cost a compiled trial (llama-1b on the H200: 52 s of the
+195 s left)."""
 TIMEOUT_FLOOR_S = 60.0
 """The least a trial is given before it counts as hung, whatever its estimate."""
 WARM_COMPILE = 0.2
@@ -476,7 +480,7 @@ class Search:
         expected = proposal.mean - SURPRISE_SDS * max(proposal.sd, 0.01) - 0.05
         if measured >= expected or proposal.mean < math.log(top.tokens_per_s):
             return result  # as expected, or not expected to beat the best anyway
-        if self._time_left() < 2 * self._repeat_s(result):
+        if self._repeat_s(result) > SURPRISE_SHARE * self._time_left():
             return result
         began = self.elapsed()
         self._begin(proposal.config, "measured far below its prediction: once more")

@@ -28,6 +28,9 @@ LARGE_MODEL = 1e9
 UNKNOWN = Prior((0.0, 0.02))
 """A value without a declared prior: expected to change nothing, with a little doubt (less than
 any lever declared to matter, so that such options come after those)."""
+TRAINING_SD = 0.005
+"""An option that changes what is learned, not how fast (gradient clipping): a step takes the
+same time whatever its value; the deviation is only what a measurement shows anyway."""
 FAILED = ("compile", "crash", "diverged", "invalid", "numerics", "loss-mismatch")
 """Statuses that count against the change that led to them (out of memory is the memory
 model's business)."""
@@ -102,6 +105,8 @@ def move_prior(key: str, parent: TuneConfig, child: TuneConfig, ctx: Context) ->
     """The shipped prior of moving `key` from parent's value to child's (what goes with it in
     the child, such as the AdamW made inert by bf16 weights, is part of the move)."""
     compiled = child.compile_mode != "off"
+    if OPTIONS[key].search.lever == "training":
+        return Estimate(0.0, TRAINING_SD)
     if key == "batch_size":
         doublings = math.log2(_batch(child, ctx) / _batch(parent, ctx))
         m, s = OPTIONS[key].search.prior["x2"].pick(ctx.device, compiled, ctx.large)

@@ -288,7 +288,8 @@ def report(outcome: SearchOutcome) -> str:
     noisy = noise_lines(outcome.ranked)
     if noisy:
         lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
-    progress = best_over_time(outcome.timeline)
+    items = next((r.item_name for r in outcome.results if r.item_name), "tokens")
+    progress = best_over_time(outcome.timeline, items)
     if progress:
         lines += ["", "The best so far, over the search's time:", *progress]
     if outcome.remeasured is not None:
@@ -317,9 +318,9 @@ def report(outcome: SearchOutcome) -> str:
     return "\n".join(lines)
 
 
-def best_over_time(timeline: list[dict]) -> list[str]:
-    """One line each time the best configuration changed: when, which, how fast, and why it was
-    tried."""
+def best_over_time(timeline: list[dict], item_name: str = "tokens") -> list[str]:
+    """One line each time the best configuration changed: when, which, how fast (in the
+    workload's items a second), and why it was tried."""
     lines, last = [], None
     for event in timeline:
         label = event.get("best_label")
@@ -328,5 +329,5 @@ def best_over_time(timeline: list[dict]) -> list[str]:
         last = label
         why = f" ({event['why']})" if event.get("why") and event.get("label") == label else ""
         lines.append(f"  {fmt.clock(event['ended_s'])}  {fmt.si(event['best_tokens_per_s'])} "
-                     f"tokens/s  {label}{why}")
+                     f"{item_name}/s  {label}{why}")
     return lines
