@@ -165,11 +165,11 @@ def test_under_nohup_a_closed_terminal_leaves_the_bench_running(tmp_path):
 
 WEDGED = """
 import os, signal, subprocess, sys, time
-from tuner_tui import cli
-cli.STOP_WATCHDOG_S = 1.0
+from tuner_tui import cli_stop
+cli_stop.STOP_WATCHDOG_S = 1.0
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 print(child.pid, flush=True)
-signal.signal(signal.SIGINT, cli._raise_interrupt)
+signal.signal(signal.SIGINT, cli_stop._raise_interrupt)
 try:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.5)
