@@ -14,15 +14,24 @@ def run_gputune(*args, timeout=600, cwd=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TRITON_INTERPRET", None)
+
+    def run():
+        return subprocess.run(
+            [sys.executable, "-m", "tuner_tui.cli", *args],
+            capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
+        )
+
+    if "GPUTUNE_HOME" in env:  # the test chose the home (and cleans it up)
+        return run()
     # bench and tune record in the result store and reuse what it holds: a fresh one per call,
-    # unless the test chose one, so no run reuses another test's (or another session's) rows.
-    env.setdefault("GPUTUNE_HOME", tempfile.mkdtemp(prefix="gputune-test-home-"))
-    return subprocess.run(
-        [sys.executable, "-m", "tuner_tui.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
-    )
+    # so no run reuses another test's (or another session's) rows; removed after the call.
+    with tempfile.TemporaryDirectory(prefix="gputune-test-home-",
+                                     ignore_cleanup_errors=True) as home:
+        env["GPUTUNE_HOME"] = home
+        return run()
 
 
 @pytest.fixture
 def gputune():
     return run_gputune
+
