@@ -13,6 +13,7 @@ import pytest
 
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from conftest import SHARED_GPT2_WORKER
 from worker_events import until
 
 # fp32 on the CPU: DDP and FSDP2 reduce the gradients in another order than one backward pass
@@ -49,15 +50,10 @@ def worker():
         assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(worker):
-    client = worker()
-    rows = {}
-    for parallel, devices in (("ddp", 2), ("fsdp2", 2), ("none", 1)):
-        config = TuneConfig.from_dict({"parallel": parallel, "devices": devices, "batch_size": 8})
-        client.send(P.RunTrial(config, steps=3, warmup_steps=1, max_steps=3))
-        done, events = until(client, (P.TrialFinished, P.RunFailed))
-        assert isinstance(done, P.TrialFinished), done
-        rows[parallel] = (done.result, [e for e in events if isinstance(e, P.StepMeasured)])
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(group_trials):
+    # The trials: ddp x2, fsdp2 x2 and one process, batch 8, in one worker (conftest.py).
+    rows = group_trials
     one, _ = rows["none"]
     assert len(one.losses) == 4 and one.per_rank == ()
     for parallel in ("ddp", "fsdp2"):
@@ -100,8 +96,9 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
         assert result.mfu is not None and result.mfu > 0
 
 
-def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(worker):
-    client = worker()
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(gpt2_worker):
+    client, _ = gpt2_worker
     client.send(P.ApplyConfig(TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), measure_steps=1000))
     until(client, (P.StepMeasured,))
     until(client, (P.StepMeasured,))
