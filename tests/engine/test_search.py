@@ -13,7 +13,7 @@ import pytest
 from strategies import load
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
-from tuner_tui.engine import runner, search
+from tuner_tui.engine import search
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
@@ -24,6 +24,7 @@ from tuner_tui.engine.search import (
 from tuner_tui.engine.search.executor import WorkerExecutor
 from tuner_tui.engine.search.priors import Context
 from tuner_tui.engine.store import ResultStore
+from conftest import SHARED_GPT2_WORKER
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200",
@@ -373,17 +374,15 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
     store.close()
 
 
-def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_a_trial_clearly_slower_than_the_best_is_stopped_early(gpt2_worker):
     from tuner_tui.engine.protocol import RunTrial, RunFailed, TrialFinished
 
-    client, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
-    try:
-        client.send(RunTrial(TuneConfig.from_dict({}), steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+    client, _ = gpt2_worker  # a real gpt2-tiny worker, shared with other tests (conftest.py)
+    client.send(RunTrial(TuneConfig.from_dict({}), steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+    event = client.wait_event(120)
+    while not isinstance(event, (TrialFinished, RunFailed)):
         event = client.wait_event(120)
-        while not isinstance(event, (TrialFinished, RunFailed)):
-            event = client.wait_event(120)
-    finally:
-        client.stop()
     result = event.result
     # Stopped once 3 steps were measured; the steps already queued (the host runs ahead) count.
     assert result.status == "stopped" and 3 <= result.measured_steps < 8
