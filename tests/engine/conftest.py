@@ -113,3 +113,22 @@ def group_trials(_gpt2_worker_process, tmp_path_factory):
         assert isinstance(done, P.TrialFinished), done
         rows[parallel] = (done.result, [e for e in events if isinstance(e, P.StepMeasured)])
     return rows
+
+
+QUICK_BENCH = "bench-quick-profiled-on-a-text-file"
+"""The xdist group of the tests that assert on `quick_bench`'s run."""
+
+
+@pytest.fixture(scope="session")
+def quick_bench(tmp_path_factory):
+    """`gputune bench --preset quick --profile` on gpt2-tiny trained on a text file (`--data`),
+    run once for the tests that assert on it (marked `xdist_group(QUICK_BENCH)`): (the finished
+    process, the path of its --json)."""
+    folder = tmp_path_factory.mktemp("quick-bench")
+    data = folder / "corpus.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    out = folder / "out.json"
+    proc = run_gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--data", str(data),
+                       "--preset", "quick", "--profile", "--json", str(out), "--steps", "3",
+                       "--warmup", "2")
+    return proc, out

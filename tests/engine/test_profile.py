@@ -12,7 +12,7 @@ from strategies.registry import Capabilities
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine import workloads
 from tuner_tui.engine.client import WorkerClient
-from conftest import SHARED_GPT2_WORKER
+from conftest import QUICK_BENCH, SHARED_GPT2_WORKER
 from worker_events import until
 from tuner_tui.engine.profile import (
     CATEGORIES, STEP_MARKER, Activity, categorize, describe, summarize, suggestions,
@@ -379,10 +379,11 @@ def test_many_tiny_ops_are_host_bound_through_the_worker():
 # -- the commands ----------------------------------------------------------------------------------
 
 
-def test_bench_profile_writes_categories_and_bottleneck_for_each_row(gputune, tmp_path):
-    out = tmp_path / "out.json"
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--preset", "quick",
-                   "--profile", "--json", str(out), "--steps", "3", "--warmup", "2")
+@pytest.mark.xdist_group(QUICK_BENCH)
+def test_bench_profile_writes_categories_and_bottleneck_for_each_row(quick_bench):
+    # `bench --preset quick --profile --steps 3 --warmup 2` (conftest.py; on a text file, for
+    # test_bench_cli.py's test of --data)
+    proc, out = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["results"]
     assert len(rows) == 2
