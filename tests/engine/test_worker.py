@@ -191,7 +191,7 @@ def test_invalid_configuration_for_the_device_is_refused(gpt2_worker):
 
 
 def test_a_killed_worker_is_noticed(worker):
-    client, _ = worker()
+    client, _ = worker(workload="tests.engine.user_workloads:tiny_mlp")  # (any: up the soonest)
     os.kill(client.pid, signal.SIGKILL)
     deadline = time.monotonic() + 2.0
     while client.is_alive() and time.monotonic() < deadline:
