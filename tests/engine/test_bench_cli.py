@@ -16,11 +16,12 @@ def test_default_ladder_on_cpu_runs_end_to_end_and_writes_json(gputune, tmp_path
     # graph of its own for 37 s and becomes the rung before it, which the ladder then drops as a
     # repeat; the ladder's rungs are checked whole in tests/strategies/test_applicability.py;
     # the optimizer held plain: the fused AdamW rung, a second compiled run, becomes a repeat of
-    # the one before it and is skipped as one)
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2",
-                   "--warmup", "1", "--json", str(out), "--export", str(tmp_path / "best.toml"),
-                   "--remeasure", "0", "--set", "checkpointing=off", "--set", "optimizer=plain",
-                   timeout=1500)
+    # the one before it and is skipped as one; 16 tokens a sample, not 64: bf16 steps on the CPU
+    # are slow, and nothing here depends on the length)
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
+                   "--steps", "2", "--warmup", "1", "--json", str(out),
+                   "--export", str(tmp_path / "best.toml"), "--remeasure", "0",
+                   "--set", "checkpointing=off", "--set", "optimizer=plain", timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     env = doc["environment"]
