@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import QUICK_BENCH
 from strategies import load
 
 
@@ -13,10 +14,14 @@ def test_default_ladder_on_cpu_runs_end_to_end_and_writes_json(gputune, tmp_path
     # (--remeasure 0: the leaders' re-measurement is tested on its own, test_bench_re_measures_the_two_leaders_*,
     # and it doubled this test's time; checkpointing held off: its rung, the last, compiles a
     # graph of its own for 37 s and becomes the rung before it, which the ladder then drops as a
-    # repeat; the ladder's rungs are checked whole in tests/strategies/test_applicability.py)
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2",
-                   "--warmup", "1", "--json", str(out), "--export", str(tmp_path / "best.toml"),
-                   "--remeasure", "0", "--set", "checkpointing=off", timeout=1500)
+    # repeat; the ladder's rungs are checked whole in tests/strategies/test_applicability.py;
+    # the optimizer held plain: the fused AdamW rung, a second compiled run, becomes a repeat of
+    # the one before it and is skipped as one; 16 tokens a sample, not 64: bf16 steps on the CPU
+    # are slow, and nothing here depends on the length)
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
+                   "--steps", "2", "--warmup", "1", "--json", str(out),
+                   "--export", str(tmp_path / "best.toml"), "--remeasure", "0",
+                   "--set", "checkpointing=off", "--set", "optimizer=plain", timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     env = doc["environment"]
@@ -54,11 +59,10 @@ def test_user_workload_and_config_files(gputune, tmp_path):
     assert "fp32 reference losses (batch 16)" in proc.stdout
 
 
-def test_text_file_data(gputune, tmp_path):
-    data = tmp_path / "corpus.txt"
-    data.write_text("the quick brown fox jumps over the lazy dog. " * 200)
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--data", str(data),
-                   "--preset", "quick", "--steps", "2", "--warmup", "1")
+@pytest.mark.xdist_group(QUICK_BENCH)
+def test_text_file_data(quick_bench):
+    # `bench --preset quick --data corpus.txt` (conftest.py; profiled too, for test_profile.py)
+    proc, _ = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count(" ok") >= 2
 
@@ -102,17 +106,19 @@ def test_bench_records_in_the_store_reuses_it_and_fresh_measures_again(gputune, 
     assert row.source == "bench" and row.workload.startswith(
         "tiny-mlp seq=1 seed=0 synthetic code=tests.engine.user_workloads.tiny_mlp@")
     assert row.fingerprint["code"] and row.fingerprint["gputune"]
-    again = gputune(*args)
-    assert again.returncode == 0 and "reused from the store (--fresh measures again)" in again.stdout
+    # Run again: the stored row is reused. A configuration listed twice is measured twice, even
+    # where the store holds it: its first listing is the reused row, the second is measured.
+    twice = gputune(*args, "--config", str(cfg), "--remeasure", "0")
+    assert twice.returncode == 0, twice.stderr[-3000:]
+    assert "reused from the store (--fresh measures again)" in twice.stdout
+    assert twice.stdout.count("reused from the store") == 1
+    with ResultStore(store) as s:
+        (row,) = s.past()  # (the repeat's measurement, stored)
     fresh = gputune(*args, "--fresh")
     assert fresh.returncode == 0 and "reused from the store" not in fresh.stdout
     with ResultStore(store) as s:
         (newer,) = s.past()
     assert newer.created > row.created
-    # A configuration listed twice is measured twice, even where the store holds it.
-    twice = gputune(*args, "--config", str(cfg), "--remeasure", "0")
-    assert twice.returncode == 0, twice.stderr[-3000:]
-    assert twice.stdout.count("reused from the store") == 1
 
 
 def test_bench_re_measures_the_two_leaders_interleaved_before_naming_the_best():

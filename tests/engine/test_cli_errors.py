@@ -4,6 +4,10 @@ import os
 
 import pytest
 
+TINY_8 = "tests.engine.user_workloads:tiny_mlp_batch_8"
+"""A model as small as can be, at gpt2-tiny's default batch (8), for the refusals that come once
+the worker has loaded the workload: its worker is up in half the time gpt2-tiny's takes."""
+
 
 def _check_user_error(proc, *words):
     assert proc.returncode == 2, proc.stderr
@@ -54,7 +58,7 @@ def test_bad_config_files(gputune, tmp_path, text, words):
 def test_config_the_cpu_cannot_run_is_refused_before_any_run(gputune, tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[config]\nprecision = 'fp16'\n")
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--config", str(path))
+    proc = gputune("bench", "--device", "cpu", "--workload", TINY_8, "--config", str(path))
     _check_user_error(proc, "precision = fp16 needs a CUDA GPU", "device = cpu")
     assert "measuring" not in proc.stdout
 
@@ -299,7 +303,7 @@ def test_a_workload_package_that_fails_on_import(gputune, tmp_path, init, words)
 
 
 def test_every_configuration_skipped_is_one_line(gputune):
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--set", "precision=fp16")
+    proc = gputune("bench", "--device", "cpu", "--workload", TINY_8, "--set", "precision=fp16")
     _check_user_error(proc, "no configuration can run on device = cpu", "precision = fp16 needs a CUDA GPU")
     assert "skipped" not in proc.stdout and "measuring" not in proc.stdout
 
@@ -345,7 +349,7 @@ def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune,
     ddp3 = tmp_path / "ddp3.toml"
     ddp3.write_text("[config]\nparallel = 'ddp'\ndevices = 3\n")
     args = [a.replace("{ddp3}", str(ddp3)) for a in args]
-    proc = gputune(*args, "--device", "cpu", "--workload", "gpt2-tiny")
+    proc = gputune(*args, "--device", "cpu", "--workload", TINY_8)
     _check_user_error(proc, *words)
     assert "measuring" not in proc.stdout
 

@@ -1,6 +1,7 @@
 """Strategies on models that are not ours: Hugging Face causal LMs built from a config, a
 convolutional network, a plain MLP (the workloads in examples/)."""
 
+import json
 
 import pytest
 import torch
@@ -29,10 +30,10 @@ def _trainer(workload, config: dict, steps=3, reference=()):
 )
 def test_checkpointing_and_precision_on_foreign_models_keep_the_loss(factory, blocks):
     w = factory(device="cpu")
-    ref = _trainer(w, {})
+    ref = _trainer(w, {"batch_size": 4})
     losses = tuple(r.loss for r in ref.records)
-    t = _trainer(w, {"precision": "bf16", "checkpointing": "full", "optimizer": "foreach"},
-                 reference=losses)
+    t = _trainer(w, {"precision": "bf16", "checkpointing": "full", "optimizer": "foreach",
+                     "batch_size": 4}, reference=losses)
     assert t.report["checkpointing"]["blocks"] == blocks
     ok, worst, tol = t.loss_check()
     assert ok, (worst, tol)
@@ -71,9 +72,9 @@ def test_kernel_swap_reports_what_it_swapped_and_what_it_left(interpreted_kernel
     w = factory(device="cpu")
     # One step each: the Triton interpreter is slow, and one step's loss already compares the
     # swapped forward pass with the reference's.
-    ref = tuple(r.loss for r in _trainer(w, {}, steps=1).records)
-    t = _trainer(w, {"fused_kernels": ["layer_norm", "rms_norm", "gelu", "swiglu"]}, steps=1,
-                 reference=ref)
+    ref = tuple(r.loss for r in _trainer(w, {"batch_size": 2}, steps=1).records)
+    t = _trainer(w, {"fused_kernels": ["layer_norm", "rms_norm", "gelu", "swiglu"],
+                     "batch_size": 2}, steps=1, reference=ref)
     assert t.report["fused_kernels"] == swapped
     assert t.report["fused_kernels_left"] == left
     ok, worst, _ = t.loss_check()
@@ -123,8 +124,14 @@ def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
 
 
 def test_hugging_face_workload_runs_in_bench(gputune, tmp_path):
+    # One row, in one worker: fp32 with SDPA computes the reference itself (no second worker for
+    # it); bf16 and the other strategies on these models: the tests above, in this process.
+    config = tmp_path / "sdpa.toml"
+    config.write_text("[config]\nattention = 'sdpa'\n")
     proc = gputune("bench", "--device", "cpu", "--workload", "examples.hf_causal_lm:llama",
-                   "--preset", "quick", "--steps", "2", "--warmup", "1",
+                   "--config", str(config), "--steps", "2", "--warmup", "1",
                    "--json", str(tmp_path / "b.json"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "hf-llama-tiny" in proc.stdout
+    (row,) = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert row["status"] == "ok" and row["label"] == "fp32 + sdpa", row

@@ -13,6 +13,7 @@ import pytest
 
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient, WorkerSpec
+from conftest import SHARED_GPT2_WORKER
 from worker_events import until
 
 # fp32 on the CPU: DDP and FSDP2 reduce the gradients in another order than one backward pass
@@ -49,15 +50,10 @@ def worker():
         assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(worker):
-    client = worker()
-    rows = {}
-    for parallel, devices in (("ddp", 2), ("fsdp2", 2), ("none", 1)):
-        config = TuneConfig.from_dict({"parallel": parallel, "devices": devices, "batch_size": 8})
-        client.send(P.RunTrial(config, steps=3, warmup_steps=1, max_steps=3))
-        done, events = until(client, (P.TrialFinished, P.RunFailed))
-        assert isinstance(done, P.TrialFinished), done
-        rows[parallel] = (done.result, [e for e in events if isinstance(e, P.StepMeasured)])
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch(group_trials):
+    # The trials: ddp x2, fsdp2 x2 and one process, batch 8, in one worker (conftest.py).
+    rows = group_trials
     one, _ = rows["none"]
     assert len(one.losses) == 4 and one.per_rank == ()
     for parallel in ("ddp", "fsdp2"):
@@ -100,8 +96,9 @@ def test_groups_on_the_gpus_train_like_one_gpu(worker):
         assert result.mfu is not None and result.mfu > 0
 
 
-def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(worker):
-    client = worker()
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_a_killed_rank_ends_the_group_and_the_next_configuration_starts_a_new_one(gpt2_worker):
+    client, _ = gpt2_worker
     client.send(P.ApplyConfig(TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), measure_steps=1000))
     until(client, (P.StepMeasured,))
     until(client, (P.StepMeasured,))
@@ -142,26 +139,28 @@ def test_a_rank_out_of_memory_or_hung_ends_the_group_and_says_which(worker, faul
 
 
 @pytest.mark.slow
-def test_bench_runs_ddp_and_fsdp2_groups_and_reports_them(gputune, tmp_path):
-    """`gputune bench --set devices=2` with a DDP and an FSDP2 configuration (the second in bf16,
-    so FSDP2 gathers bf16 parameters, and reducing gradients in bf16), each run as a group and
-    checked against one process."""
-    (tmp_path / "ddp.toml").write_text("[config]\nparallel = 'ddp'\n")
+def test_bench_runs_an_fsdp2_group_in_bf16_and_reports_it(gputune, tmp_path):
+    """`gputune bench --set devices=2` with an FSDP2 configuration in bf16 (FSDP2 gathers bf16
+    parameters, and reduces gradients in bf16), run as a group and checked against one process.
+    (A DDP row in bench took the same path, a group in a fresh worker, at the cost of a second
+    group: DDP and FSDP2 as rows of a command, each checked against one process, are in
+    test_tune_chooses_between_ddp_and_fsdp2_under_a_per_process_budget; each rank's figures
+    of both, in test_ddp_and_fsdp2_give_the_loss_of_one_process_on_the_same_global_batch.)"""
     (tmp_path / "fsdp2.toml").write_text(
         "[config]\nparallel = 'fsdp2'\nprecision = 'bf16'\nattention = 'sdpa'\nfsdp_reduce = 'bf16'\n")
     out = tmp_path / "bench.json"
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny",
-                   "--config", str(tmp_path / "ddp.toml"), "--config", str(tmp_path / "fsdp2.toml"),
+    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
+                   "--config", str(tmp_path / "fsdp2.toml"),
                    "--set", "devices=2", "--steps", "2", "--warmup", "1", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["results"]
-    assert [(r["status"], r["config"]["parallel"]) for r in rows] == [("ok", "ddp"), ("ok", "fsdp2")]
+    assert [(r["status"], r["config"]["parallel"]) for r in rows] == [("ok", "fsdp2")]
     for row in rows:
         assert row["config"]["devices"] == 2 and row["batch_size"] == 8
         assert [r["rank"] for r in row["per_rank"]] == [0, 1]
         assert row["loss_ok"] is True  # against one process's fp32 run on the same batch
-    assert rows[1]["strategy_report"]["data_parallel"]["param_dtype"] == "bfloat16"
-    assert rows[1]["strategy_report"]["data_parallel"]["reduce_dtype"] == "bfloat16"
+    assert rows[0]["strategy_report"]["data_parallel"]["param_dtype"] == "bfloat16"
+    assert rows[0]["strategy_report"]["data_parallel"]["reduce_dtype"] == "bfloat16"
     assert "fp32 reference losses (batch 8)" in proc.stdout
     assert "global batch 8 = 2 x 4/rank" in proc.stdout
 
@@ -192,7 +191,8 @@ def test_tune_chooses_between_ddp_and_fsdp2_under_a_per_process_budget(gputune, 
     held = ["precision=fp32", "weights=fp32", "optimizer_state=fp32", "compile_mode=off",
             "attention=sdpa", "optimizer=plain", "checkpointing=off", "micro_batch_size=0",
             "fsdp_reshard=true", "ddp_bucket_mb=25", "fsdp_reduce=fp32", "batch_size=0"]
-    proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--set", "devices=2",
+    proc = gputune("tune", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
+                   "--set", "devices=2",
                    "--search", "parallel=ddp,fsdp2", *[a for h in held for a in ("--set", h)],
                    "--steps", "2", "--warmup", "1", "--remeasure", "0", "--budget-minutes", "5",
                    "--max-memory", "4GiB", "--out", str(out), "--json", str(js))

@@ -12,6 +12,8 @@ from strategies.registry import Capabilities
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine import workloads
 from tuner_tui.engine.client import WorkerClient
+from conftest import QUICK_BENCH, SHARED_GPT2_WORKER
+from worker_events import until
 from tuner_tui.engine.profile import (
     CATEGORIES, STEP_MARKER, Activity, categorize, describe, summarize, suggestions,
 )
@@ -314,10 +316,14 @@ def _trial(workload, tmp_path=None, config=None, **trial):
         client.stop()
 
 
-def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(tmp_path):
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(tmp_path,
+                                                                               gpt2_worker):
     trace = tmp_path / "traces" / "gpt2-tiny.json"
-    done = _trial("gpt2-tiny", steps=3, warmup_steps=2, max_steps=3, profile_steps=2,
-                  trace_path=str(trace))
+    client, _ = gpt2_worker
+    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=3, warmup_steps=2, max_steps=3,
+                           profile_steps=2, trace_path=str(trace)))
+    done, _ = until(client, (P.TrialFinished, P.RunFailed), timeout=300)
     assert isinstance(done, P.TrialFinished)
     result = done.result
     assert result.status == "ok" and result.measured_steps == 3  # profiled steps not measured
@@ -342,28 +348,25 @@ def test_the_profile_of_gpt2_tiny_comes_back_through_the_worker_with_its_trace(t
     assert TrialResult.from_dict(json.loads(json.dumps(result.to_dict()))).profile == profile
 
 
-def test_the_live_run_is_profiled_after_its_measurement_window():
-    client = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu"))
-    client.start()
-    try:
-        client.send(P.ProfileRun(steps=2))  # before any run: it waits for the next one
-        client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=3))
-        seen = []
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not any(isinstance(e, P.ProfileMeasured) for e in seen):
-            event = client.wait_event(1.0)
-            if event is not None:
-                seen.append(event)
-            assert client.is_alive()
-        kinds = [type(e).__name__ for e in seen]
-        assert "no run is training" in next(e.text for e in seen if isinstance(e, P.WorkerLog))
-        assert kinds.index("TrialFinished") < kinds.index("ProfileMeasured")
-        done = next(e for e in seen if isinstance(e, P.ProfileMeasured))
-        run = next(e for e in seen if isinstance(e, P.RunStarted))
-        assert done.run_id == run.run_id and done.profile["steps"] == 2
-        _sums_to_one(done.profile)
-    finally:
-        client.stop()
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_the_live_run_is_profiled_after_its_measurement_window(gpt2_worker):
+    client, _ = gpt2_worker
+    client.send(P.ProfileRun(steps=2))  # before any run: it waits for the next one
+    client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=3))
+    seen = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(isinstance(e, P.ProfileMeasured) for e in seen):
+        event = client.wait_event(1.0)
+        if event is not None:
+            seen.append(event)
+        assert client.is_alive()
+    kinds = [type(e).__name__ for e in seen]
+    assert "no run is training" in next(e.text for e in seen if isinstance(e, P.WorkerLog))
+    assert kinds.index("TrialFinished") < kinds.index("ProfileMeasured")
+    done = next(e for e in seen if isinstance(e, P.ProfileMeasured))
+    run = next(e for e in seen if isinstance(e, P.RunStarted))
+    assert done.run_id == run.run_id and done.profile["steps"] == 2
+    _sums_to_one(done.profile)
 
 
 def test_many_tiny_ops_are_host_bound_through_the_worker():
@@ -376,10 +379,11 @@ def test_many_tiny_ops_are_host_bound_through_the_worker():
 # -- the commands ----------------------------------------------------------------------------------
 
 
-def test_bench_profile_writes_categories_and_bottleneck_for_each_row(gputune, tmp_path):
-    out = tmp_path / "out.json"
-    proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--preset", "quick",
-                   "--profile", "--json", str(out), "--steps", "3", "--warmup", "2")
+@pytest.mark.xdist_group(QUICK_BENCH)
+def test_bench_profile_writes_categories_and_bottleneck_for_each_row(quick_bench):
+    # `bench --preset quick --profile --steps 3 --warmup 2` (conftest.py; on a text file, for
+    # test_bench_cli.py's test of --data)
+    proc, out = quick_bench
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["results"]
     assert len(rows) == 2
@@ -437,15 +441,15 @@ def test_a_gpu_profile_splits_the_gpu_timeline_and_rates_the_matmuls():
     trainer.close()
 
 
-def test_a_group_is_profiled_in_its_ranks_where_it_trains(tmp_path):
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_a_group_is_profiled_in_its_ranks_where_it_trains(group_trials):
     """With devices > 1 the worker only drives the ranks: the profile must be theirs (the
     worker's own timeline would be empty, all idle, and read as host-bound)."""
-    trace = tmp_path / "traces" / "ddp.json"
-    config = TuneConfig.from_dict({"parallel": "ddp", "devices": 2, "batch_size": 4})
-    done = _trial("gpt2-tiny", config=config, steps=3, warmup_steps=2, profile_steps=2,
-                  trace_path=str(trace))
-    assert isinstance(done, P.TrialFinished), done
-    profile = done.result.profile
+    # The DDP trial of test_group.py's (conftest.py: ddp x2, batch 8, 2 steps profiled after
+    # its measured ones, the traces asked for in traces/ddp.json).
+    trace = group_trials["trace"]
+    result, _ = group_trials["ddp"]
+    profile = result.profile
     _sums_to_one(profile)
     (matmul,) = profile["matmul"]
     assert matmul["tflops"] > 0 and profile["launches_per_step"] > 100

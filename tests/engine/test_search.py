@@ -13,7 +13,7 @@ import pytest
 from strategies import load
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
-from tuner_tui.engine import runner, search
+from tuner_tui.engine import search
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.protocol import TrialResult
@@ -24,6 +24,7 @@ from tuner_tui.engine.search import (
 from tuner_tui.engine.search.executor import WorkerExecutor
 from tuner_tui.engine.search.priors import Context
 from tuner_tui.engine.store import ResultStore
+from conftest import SHARED_GPT2_WORKER
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200",
@@ -289,7 +290,8 @@ def test_the_first_candidate_is_estimated_from_the_reference_run_before_it(home)
     """Seen on the H200: the fp32 reference at the run's batch ran first, for its losses, and
     the search's first candidate, estimated before it, had no memory estimate at all."""
     store = ResultStore(home / "results.sqlite3")
-    outcome, _, _ = _search(store, choices={"optimizer": ("plain", "foreach")},
+    # (one optimizer: the first candidate, the bf16 baseline, is the one looked at)
+    outcome, _, _ = _search(store, choices={"optimizer": ("plain",)},
                             fixed={"precision": "bf16", "batch_size": 3})
     store.close()
     first, *_ = [r for r in outcome.results if r.config["precision"] == "bf16"]
@@ -373,17 +375,15 @@ def test_the_one_compiled_trial_uses_the_shared_inductor_cache_and_records_compi
     store.close()
 
 
-def test_a_trial_clearly_slower_than_the_best_is_stopped_early():
+@pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+def test_a_trial_clearly_slower_than_the_best_is_stopped_early(gpt2_worker):
     from tuner_tui.engine.protocol import RunTrial, RunFailed, TrialFinished
 
-    client, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
-    try:
-        client.send(RunTrial(TuneConfig.from_dict({}), steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+    client, _ = gpt2_worker  # a real gpt2-tiny worker, shared with other tests (conftest.py)
+    client.send(RunTrial(TuneConfig.from_dict({}), steps=8, warmup_steps=1, stop_if_slower_than_ms=1e-3))
+    event = client.wait_event(120)
+    while not isinstance(event, (TrialFinished, RunFailed)):
         event = client.wait_event(120)
-        while not isinstance(event, (TrialFinished, RunFailed)):
-            event = client.wait_event(120)
-    finally:
-        client.stop()
     result = event.result
     # Stopped once 3 steps were measured; the steps already queued (the host runs ahead) count.
     assert result.status == "stopped" and 3 <= result.measured_steps < 8
@@ -395,7 +395,8 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     # The configuration "I train with now", measured in the same run as the search.
     current = tmp_path / "current.toml"
     current.write_text('[config]\noptimizer = "foreach"\n')
-    args = ["tune", "--device", "cpu", "--workload", "gpt2-tiny", "--steps", "2", "--warmup", "1",
+    args = ["tune", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
+            "--steps", "2", "--warmup", "1",
             "--compare", str(current),
             "--search", "precision=fp32,bf16", "--set", "compile_mode=off",
             "--set", "checkpointing=off", "--set", "batch_size=0", "--set", "optimizer=plain",
@@ -434,8 +435,13 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     assert len(list(tmp_path.glob("best-report-20*.txt"))) == 2  # one per run, to compare
     kept = tmp_path / "best.toml.1"  # the first run's export, where the second's differs
     assert ("kept the previous best.toml as best.toml.1" in proc2.stdout) == kept.exists()
-    proc3 = gputune(*args, "--remeasure", "0", "--fresh")
+    # --fresh: what the store holds is measured again. (Of the space, the baseline alone: one
+    # stored trial shows it as well as three would.)
+    fresh = [a for a in args if a not in ("--compare", str(current))]
+    fresh[fresh.index("precision=fp32,bf16")] = "precision=fp32"
+    proc3 = gputune(*fresh, "--fresh")
     assert proc3.returncode == 0 and "skipped as measured" not in proc3.stdout
+    assert ": 1 ran, " in proc3.stdout, proc3.stdout[-3000:]  # (the baseline, measured again)
 
 
 @pytest.mark.parametrize("args, message", [

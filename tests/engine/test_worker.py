@@ -10,9 +10,12 @@ import pytest
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
+from conftest import SHARED_GPT2_WORKER
 from worker_events import until
 
-
+shared = pytest.mark.xdist_group(SHARED_GPT2_WORKER)
+"""Tests on the session's gpt2-tiny worker (`gpt2_worker`, tests/engine/conftest.py)."""
+OOM_WORKER = "test_worker-oom-above-8-fp32"
 
 
 @pytest.fixture
@@ -32,8 +35,9 @@ def worker():
         assert not c.is_alive()
 
 
-def test_ready_event_describes_machine_and_workload(worker):
-    _, ready = worker()
+@shared
+def test_ready_event_describes_machine_and_workload(gpt2_worker):
+    _, ready = gpt2_worker
     assert isinstance(ready, P.WorkerReady)
     assert ready.capabilities["device"] == "cpu" and ready.capabilities["cuda"] is False
     assert "device = cpu" in ready.capabilities["reasons"]["cuda"]
@@ -43,8 +47,9 @@ def test_ready_event_describes_machine_and_workload(worker):
     assert ready.environment["torch"]
 
 
-def test_trial_reports_measured_figures_and_checks_the_loss(worker):
-    client, _ = worker()
+@shared
+def test_trial_reports_measured_figures_and_checks_the_loss(gpt2_worker):
+    client, _ = gpt2_worker
     # (max_steps: exactly the planned steps, however noisy the host; tests/engine/test_noise.py
     # has the adaptation)
     client.send(P.RunTrial(TuneConfig.from_dict({}), steps=4, warmup_steps=2, max_steps=4))
@@ -71,8 +76,9 @@ def test_trial_reports_measured_figures_and_checks_the_loss(worker):
     assert "fp32 reference" in done.result.message
 
 
-def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
-    client, _ = worker()
+@shared
+def test_live_run_applies_new_configurations_pauses_and_resumes(gpt2_worker):
+    client, _ = gpt2_worker
     client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=3))
     started, _ = until(client, P.RunStarted)
     finished, _ = until(client, P.TrialFinished)
@@ -96,9 +102,35 @@ def test_live_run_applies_new_configurations_pauses_and_resumes(worker):
     until(client, P.StepMeasured)
 
 
-def test_oom_is_reported_and_the_worker_goes_on(worker):
-    client, _ = worker(fault_injection="oom")
-    client.send(P.RunTrial(TuneConfig.from_dict({}), steps=2, warmup_steps=1))
+@pytest.fixture(scope="module")
+def _oom_worker_process():
+    # fp32 above batch 8 runs out of memory (the run, and its fp32 reference, with full
+    # checkpointing too); bf16 fits. One worker for the three tests of injected OOMs.
+    c = WorkerClient(WorkerSpec(workload="gpt2-tiny", device="cpu",
+                                fault_injection="oom-above:8:fp32"))
+    c.start()
+    until(c, (P.WorkerReady,))
+    yield c
+    c.stop()
+    assert not c.is_alive()
+
+
+@pytest.fixture
+def oom_worker(_oom_worker_process):
+    """The module's worker with OOMs injected, idle: no live run, no event of an earlier test."""
+    client = _oom_worker_process
+    assert client.is_alive()
+    client.send(P.Pause())
+    until(client, (P.Paused,))
+    while client.poll(0.2) is not None:
+        pass
+    return client
+
+
+@pytest.mark.xdist_group(OOM_WORKER)
+def test_oom_is_reported_and_the_worker_goes_on(oom_worker):
+    client = oom_worker
+    client.send(P.RunTrial(TuneConfig.from_dict({"batch_size": 16}), steps=2, warmup_steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert isinstance(failed, P.RunFailed) and failed.kind == "oom"
     assert "Tried to allocate 64.00 GiB" in failed.message
@@ -106,8 +138,9 @@ def test_oom_is_reported_and_the_worker_goes_on(worker):
     assert client.is_alive()
 
 
-def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replaces(worker):
-    client, _ = worker(fault_injection="oom-above:8")
+@pytest.mark.xdist_group(OOM_WORKER)
+def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replaces(oom_worker):
+    client = oom_worker
     client.send(P.ApplyConfig(TuneConfig.from_dict({}), measure_steps=2))
     first, _ = until(client, P.TrialFinished)
     assert first.result.status == "ok"
@@ -126,9 +159,10 @@ def test_an_oom_while_applying_belongs_to_the_new_request_not_the_run_it_replace
     assert again.result.status == "ok" and again.run_id > failed.run_id
 
 
-def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_refused(worker):
+@pytest.mark.xdist_group(OOM_WORKER)
+def test_a_reference_that_does_not_fit_leaves_the_loss_unchecked_not_the_run_refused(oom_worker):
     # fp32 above batch 8 runs out of memory (with full checkpointing too); bf16 fits.
-    client, _ = worker(fault_injection="oom-above:8:fp32")
+    client = oom_worker
     client.send(P.ApplyConfig(TuneConfig.from_dict({"precision": "bf16", "batch_size": 16}), measure_steps=2))
     done, seen = until(client, (P.TrialFinished, P.RunFailed))
     assert isinstance(done, P.TrialFinished) and done.result.status == "ok"
@@ -148,15 +182,16 @@ def test_diverged_run_is_marked(worker):
     assert done.result.status in ("ok", "diverged")
 
 
-def test_invalid_configuration_for_the_device_is_refused(worker):
-    client, _ = worker()
+@shared
+def test_invalid_configuration_for_the_device_is_refused(gpt2_worker):
+    client, _ = gpt2_worker
     client.send(P.RunTrial(TuneConfig.from_dict({"compile_mode": "reduce-overhead"}), steps=1))
     failed, _ = until(client, (P.RunFailed, P.TrialFinished))
     assert failed.kind == "invalid" and "reduce-overhead" in failed.message
 
 
 def test_a_killed_worker_is_noticed(worker):
-    client, _ = worker()
+    client, _ = worker(workload="tests.engine.user_workloads:tiny_mlp")  # (any: up the soonest)
     os.kill(client.pid, signal.SIGKILL)
     deadline = time.monotonic() + 2.0
     while client.is_alive() and time.monotonic() < deadline:
@@ -188,11 +223,12 @@ def test_recompiles_past_the_limit_are_reported(worker):
     assert any("recompile" in t.lower() and "limit" in t.lower() for t in logs), logs
 
 
-def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_timed():
+@shared
+def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_timed(gpt2_worker):
     from tuner_tui.engine import runner
 
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu")
-    current, _ = runner.start_worker(spec)
+    current, _ = gpt2_worker  # (started by runner.start_worker or not: the same client)
     next_worker = runner.NextWorker(spec)
     try:
         next_worker.begin(current)
@@ -211,14 +247,14 @@ def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_ti
         assert client.is_alive() and ready.pid == client.pid != current.pid
         client.stop()
     finally:
-        current.stop()
         next_worker.close()
 
 
-def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
+@shared
+def test_a_held_trial_is_released_when_the_next_worker_fails_to_start(gpt2_worker):
     from tuner_tui.engine import runner
 
-    current, _ = runner.start_worker(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    current, _ = gpt2_worker
     next_worker = runner.NextWorker(WorkerSpec(workload="no_such_module:nothing", device="cpu"))
     try:
         next_worker.begin(current)
@@ -228,7 +264,6 @@ def test_a_held_trial_is_released_when_the_next_worker_fails_to_start():
         with pytest.raises(runner.WorkerStartError):
             next_worker.take()
     finally:
-        current.stop()
         next_worker.close()
 
 
