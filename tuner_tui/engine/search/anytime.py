@@ -43,6 +43,9 @@ EAGER_FIRST_SHARE = 0.25
 """Where the expert's compiled recipe would take more than this share of the time left (a
 billion-parameter model compiles for minutes), its eager version is measured first: an answer
 near the recipe's in seconds, which a failed or slow compile cannot take away."""
+TIE = 0.02
+"""Two measurements within this much (in log throughput) are as fast as each other: the
+search moves from the leaner of the two as well."""
 BOTTLENECK_WEIGHT = 1.5
 """With --profile: a move of an option that addresses the incumbent's bottleneck counts this
 much more."""
@@ -227,11 +230,25 @@ class AnytimeSearch(SearchStrategy):
                     over.append(Parent(r.tune_config, guess.mean, guess.sd, guess.step_s, False))
         over.sort(key=lambda p: -p.mean)
         found += over[:2]
+        if incumbent is not None and self.budget_bytes is not None:
+            found += self._tied(history, incumbent)
         if incumbent is None and not over:
             ran = [r for r in history.all() if r.status in ("ok", "stopped") and r.tokens_per_s]
             if ran:
                 found.append(self._measured(max(ran, key=lambda r: r.tokens_per_s)))
         return found
+
+    def _tied(self, history: History, incumbent: TrialResult) -> list[Parent]:
+        """The configuration that fits and measured as fast as the incumbent (within TIE) with
+        the least memory: the moves that do not fit from the incumbent (a larger micro-batch,
+        checkpointing off) may fit from it."""
+        floor = math.log(incumbent.tokens_per_s) - TIE
+        own = measured_peak(incumbent) or 0
+        ties = [r for r in history.eligible() if r is not incumbent and r.tokens_per_s
+                and math.log(r.tokens_per_s) >= floor and (measured_peak(r) or own) < own]
+        if not ties:
+            return []
+        return [self._measured(min(ties, key=lambda r: measured_peak(r) or own))]
 
     def _measured(self, r: TrialResult) -> Parent:
         return Parent(r.tune_config, math.log(r.tokens_per_s), 0.01,
