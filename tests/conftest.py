@@ -6,7 +6,9 @@ it indirectly, e.g. through transformers), so it is set here, at the root, befor
 Tests marked `gpu` are skipped where CUDA is absent.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,8 +33,12 @@ if not torch.cuda.is_available():
 # One Inductor cache for every worker the session starts, so a model compiled by one test is
 # not compiled from scratch again by the next (about 24 s a compile on the 2-core CI machine).
 # Each test still gets a fresh result store (GPUTUNE_HOME); the tests of gputune's own cache
-# folder unset this. A fresh folder per session: no artifact of an earlier run is reused.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gputune-test-inductor-"))
+# folder unset this. A fresh folder per session: no artifact of an earlier run is reused. Made by
+# the process that starts the session (xdist's workers inherit it) and removed when it exits.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _inductor_cache = tempfile.mkdtemp(prefix="gputune-test-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_cache
+    atexit.register(shutil.rmtree, _inductor_cache, True)
 
 import pytest  # noqa: E402
 

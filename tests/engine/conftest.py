@@ -36,12 +36,6 @@ def gputune():
     return run_gputune
 
 
-SHARED_GPT2_WORKER = "shared-gpt2-tiny-worker"
-"""The xdist group (`--dist loadgroup`) of the tests that take `gpt2_worker`: one pytest process
-runs them all, so the worker they share starts once (a worker's start, importing torch and
-building the workload, is most of what each of them cost when each started its own)."""
-
-
 @pytest.fixture(scope="session")
 def _gpt2_worker_process():
     import psutil
@@ -81,8 +75,8 @@ def idle(client) -> None:
 @pytest.fixture
 def gpt2_worker(_gpt2_worker_process):
     """(client, its WorkerReady): one real gpt2-tiny worker on the CPU, no fault injected, shared
-    by the tests that take it (mark them `xdist_group(SHARED_GPT2_WORKER)`), each given it idle
-    (`idle`)."""
+    by the tests that take it (marked `xdist_group(SHARED_GPT2_WORKER)`, shared_runs.py), each
+    given it idle (`idle`)."""
     from tuner_tui.engine import protocol as P
 
     client, ready = _gpt2_worker_process
@@ -115,15 +109,12 @@ def group_trials(_gpt2_worker_process, tmp_path_factory):
     return rows
 
 
-QUICK_BENCH = "bench-quick-profiled-on-a-text-file"
-"""The xdist group of the tests that assert on `quick_bench`'s run."""
-
-
 @pytest.fixture(scope="session")
 def quick_bench(tmp_path_factory):
     """`gputune bench --preset quick --profile` on gpt2-tiny trained on a text file (`--data`),
-    run once for the tests that assert on it (marked `xdist_group(QUICK_BENCH)`): (the finished
-    process, the path of its --json). 16 tokens a sample: bf16 steps on the CPU are slow."""
+    run once for the tests that assert on it (marked `xdist_group(QUICK_BENCH)`, shared_runs.py):
+    (the finished process, the path of its --json). 16 tokens a sample: bf16 steps on the CPU
+    are slow."""
     folder = tmp_path_factory.mktemp("quick-bench")
     data = folder / "corpus.txt"
     data.write_text("the quick brown fox jumps over the lazy dog. " * 200)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import QUICK_BENCH
+from shared_runs import QUICK_BENCH
 from strategies import load
 
 

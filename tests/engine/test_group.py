@@ -13,7 +13,7 @@ import pytest
 
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient, WorkerSpec
-from conftest import SHARED_GPT2_WORKER
+from shared_runs import SHARED_GPT2_WORKER
 from worker_events import until
 
 # fp32 on the CPU: DDP and FSDP2 reduce the gradients in another order than one backward pass

@@ -12,7 +12,7 @@ from strategies.registry import Capabilities
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine import workloads
 from tuner_tui.engine.client import WorkerClient
-from conftest import QUICK_BENCH, SHARED_GPT2_WORKER
+from shared_runs import QUICK_BENCH, SHARED_GPT2_WORKER
 from worker_events import until
 from tuner_tui.engine.profile import (
     CATEGORIES, STEP_MARKER, Activity, categorize, describe, summarize, suggestions,

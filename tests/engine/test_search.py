@@ -24,7 +24,7 @@ from tuner_tui.engine.search import (
 from tuner_tui.engine.search.executor import WorkerExecutor
 from tuner_tui.engine.search.priors import Context
 from tuner_tui.engine.store import ResultStore
-from conftest import SHARED_GPT2_WORKER
+from shared_runs import SHARED_GPT2_WORKER
 
 CPU = Capabilities(device="cpu", cuda=False, bf16=True, triton=False)
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="NVIDIA H200",

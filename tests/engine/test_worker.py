@@ -10,7 +10,7 @@ import pytest
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
-from conftest import SHARED_GPT2_WORKER
+from shared_runs import SHARED_GPT2_WORKER
 from worker_events import until
 
 shared = pytest.mark.xdist_group(SHARED_GPT2_WORKER)
