@@ -591,3 +591,18 @@ def test_an_option_that_changes_the_training_is_expected_to_change_no_speed():
     # A searched clip costs a new fp32 reference (it changes the losses) and can buy no speed:
     # it must rank below any lever with doubt of its own.
     assert clip.mean == 0.0 and clip.sd < 0.01 < fullgraph.sd
+
+
+def test_a_lost_loss_is_blamed_on_the_numerics_not_on_the_compiler_beside_them():
+    from tuner_tui.engine.search.priors import Priors
+
+    priors = Priors(Context("cuda", large=False, default_batch=16), canonical=lambda c: c)
+    config = TuneConfig.from_dict({"precision": "fp16", "compile_mode": "default",
+                                   "attention": "sdpa"})
+    priors.observe(config, _row(1000.0, status="loss-mismatch", precision="fp16"))
+    assert priors.failures.get(("precision", "fp16"), 0) > 0
+    assert ("compile_mode", "default") not in priors.failures
+    assert ("attention", "sdpa") not in priors.failures
+    # A crash is still shared among every risky value.
+    priors.observe(config, _row(status="crash", precision="fp16"))
+    assert priors.failures.get(("compile_mode", "default"), 0) > 0

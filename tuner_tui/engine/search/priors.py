@@ -34,6 +34,9 @@ same time whatever its value; the deviation is only what a measurement shows any
 FAILED = ("compile", "crash", "diverged", "invalid", "numerics", "loss-mismatch")
 """Statuses that count against the change that led to them (out of memory is the memory
 model's business)."""
+NUMERICS_FAILED = ("diverged", "numerics", "loss-mismatch")
+"""Failures blamed only on the values that change the numerics (precision, float8, bf16 weights
+or optimizer state), where the configuration has any."""
 SEARCH_SD = 0.02
 """The measurement's own uncertainty in a pair of this search (a few % of run-to-run noise)."""
 CONTEXT_SD = 0.03
@@ -166,6 +169,8 @@ class Priors:
         """A trial ended: a failure is blamed on its risky values in proportion to their risk,
         a success clears each of them once more."""
         values = risky_values(config)
+        if result.status in NUMERICS_FAILED:  # a lost loss is the numerics' doing, not a kernel's
+            values = [v for v in values if _changes_numerics(*v)] or values
         if result.status in FAILED and values:
             total = sum(risk_of(*v) for v in values)
             for key, value in values:
@@ -258,6 +263,10 @@ def risk_of(key: str, value) -> float:
     prior = OPTIONS["fused_kernels"].search.prior.get(value) if key == "fused_kernels" else \
         OPTIONS[key].search.prior.get(value)
     return prior.risk if prior is not None else UNKNOWN.risk
+
+
+def _changes_numerics(key: str, value) -> bool:
+    return key != "fused_kernels" and value in OPTIONS[key].search.numerics
 
 
 def _siblings(key: str, value) -> list[tuple[str, object]]:
