@@ -377,3 +377,27 @@ def test_a_configuration_about_as_large_as_one_that_ran_out_of_memory_is_not_tri
     # that ran: surely.
     assert 0.5 < footprint.chance_to_fit(small.replace(batch_size=12)) < 0.99
     assert footprint.chance_to_fit(small.replace(optimizer="foreach")) > 0.99
+
+
+@pytest.mark.parametrize("check_s, grows", [(0.0, True), (120.0, False)])
+def test_the_expert_grows_the_batch_only_where_checking_its_loss_there_is_cheap(check_s, grows):
+    # Checking a grown batch's loss needs an fp32 reference run at that batch; where it would
+    # take more than a tenth of the time left (a billion-parameter model), the recipe keeps the
+    # run's batch, whose reference is known.
+    from tuner_tui.engine.search.priors import Context
+
+    space = default_space(GPU, 8, fixed={"attention": "sdpa", "compile_mode": "off",
+                                         "optimizer": "plain", "fused_kernels": ()})
+    peak, speed = _lever_model()
+    budget = 8 * peak(space.start())  # room for a far larger batch
+    strategy = AnytimeSearch(space, Context("cuda", False, 8), budget_bytes=budget,
+                             time_available=lambda: 300.0,
+                             reference_check_s=lambda c: 0.0 if c.batch_size in (0, 8)
+                             else check_s)
+    history = History(space, budget_bytes=budget)
+    start = strategy.next(history).config
+    history.add(start, _row(start, peak(start), speed(start)))
+    strategy.observe(start, history.get(start), 1.0, history)
+    strategy.next(history)
+    assert strategy.expert.precision == "bf16"
+    assert (strategy.expert.batch_size > 8) is grows

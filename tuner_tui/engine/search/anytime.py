@@ -46,6 +46,9 @@ near the recipe's in seconds, which a failed or slow compile cannot take away.""
 TIE = 0.02
 """Two measurements within this much (in log throughput) are as fast as each other: the
 search moves from the leaner of the two as well."""
+CHECK_SHARE = 0.1
+"""The expert's recipe grows the batch only where checking its loss there (an fp32 reference
+run at that batch) takes at most this share of the time left."""
 BOTTLENECK_WEIGHT = 1.5
 """With --profile: a move of an option that addresses the incumbent's bottleneck counts this
 much more."""
@@ -105,13 +108,16 @@ def expected_improvement(mean: float, sd: float, best: float) -> float:
 class AnytimeSearch(SearchStrategy):
     """One search's strategy. `time_available()` says how many seconds a trial may still take
     (None: no limit); `reference_ready(config)` whether the fp32 reference's losses at its batch
-    are known (else its trial includes the reference's run)."""
+    are known (else its trial includes the reference's run); `reference_check_s(config)` what
+    checking its loss will take should it become the best (0 where no check is needed: at the
+    run's batch, or numerics already checked)."""
 
     def __init__(self, space: SearchSpace, ctx: Context, *, items_per_sample: int = 1,
                  budget_bytes: int | None = None, priors: Priors | None = None,
                  times: TrialTimes | None = None,
                  time_available: Callable[[], float | None] = lambda: None,
-                 reference_ready: Callable[[TuneConfig], bool] = lambda c: True) -> None:
+                 reference_ready: Callable[[TuneConfig], bool] = lambda c: True,
+                 reference_check_s: Callable[[TuneConfig], float] = lambda c: 0.0) -> None:
         super().__init__(space)
         self.ctx = ctx
         self.items_per_sample = items_per_sample
@@ -120,6 +126,7 @@ class AnytimeSearch(SearchStrategy):
         self.times = times or TrialTimes(ctx.device, steps=20, warmup_steps=5)
         self.time_available = time_available
         self.reference_ready = reference_ready
+        self.reference_check_s = reference_check_s
         self.proposals: dict[str, Proposal] = {}
         self._singles: dict[TuneConfig, list] = {}
         self.expert: TuneConfig | None = None
@@ -142,7 +149,7 @@ class AnytimeSearch(SearchStrategy):
             return self._keep(Proposal(start, "the fp32 eager baseline", trial_s=self.times.trial_s(
                 start, None)))
         if self.expert is None:
-            self.expert = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes)
+            self.expert = self._expert_recipe(history)
             first = self._eager_first(history)
             if first is not None:
                 return self._keep(first)
@@ -166,13 +173,24 @@ class AnytimeSearch(SearchStrategy):
         compiled = self._predicted(self.expert, "the expert's recipe", history)
         if compiled.trial_s <= EAGER_FIRST_SHARE * available:
             return None
-        eager = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes, eager=True)
+        eager = self._expert_recipe(history, eager=True)
         if eager in history or eager == self.expert:
             return None
         self.expert_pending = True
         return self._predicted(
             eager, f"the expert's recipe without compile, first: compiling would take about "
                    f"{compiled.trial_s:.0f} s of the {available:.0f} s left", history)
+
+    def _expert_recipe(self, history: History, eager: bool = False) -> TuneConfig:
+        """The expert's recipe; at the run's batch where checking the loss at the larger batch
+        it would grow to would take more than CHECK_SHARE of the time left (an fp32 reference
+        at four times the batch of a billion-parameter model: a quarter of five minutes)."""
+        grown = expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes, eager=eager)
+        available = self.time_available()
+        if available is None or self.reference_check_s(grown) <= CHECK_SHARE * available:
+            return grown
+        return expert_recipe(self.space, self.ctx, self.footprint, self.budget_bytes,
+                             eager=eager, grow_batch=False)
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float,
                 history: History) -> None:
@@ -369,6 +387,9 @@ class AnytimeSearch(SearchStrategy):
                 guess = self._predict(parent, child, keys)
                 step = self._step_s(parent, child, guess.mean - parent.mean)
                 seconds = self._trial_s(child, step, history)
+                if best_log is not None:  # its loss is checked after it ran, if it wins
+                    seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * \
+                        self.reference_check_s(child)
                 if available is not None and seconds > available:
                     continue
                 gain = (expected_improvement(guess.mean, guess.sd, best_log)

@@ -187,7 +187,8 @@ class Search:
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
             budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,
-            time_available=self._time_available, reference_ready=self.refs.known)
+            time_available=self._time_available, reference_ready=self.refs.known,
+            reference_check_s=self._reference_check_s)
         self._say(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
@@ -502,6 +503,13 @@ class Search:
                               self._steps_for(proposal.config), self.plan.warmup_steps)
             return again
         return result
+
+    def _reference_check_s(self, config: TuneConfig) -> float:
+        """What checking `config`'s loss after it ran would take: the fp32 reference at its
+        batch (0 where none is needed)."""
+        if not self.refs.check_pending(config):
+            return 0.0
+        return self.times.reference_s(self.refs.fp32_step_s(config.batch_size or self.default_batch))
 
     def _check_later(self, config: TuneConfig, result: TrialResult) -> TrialResult:
         """The best's loss checked after it ran, where it ran without the reference's."""

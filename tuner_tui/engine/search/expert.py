@@ -132,12 +132,13 @@ def grow(space: SearchSpace, footprint: Footprint, config: TuneConfig, budget: i
 
 
 def expert_recipe(space: SearchSpace, ctx: Context, footprint: Footprint,
-                  budget: int | None, eager: bool = False) -> TuneConfig:
+                  budget: int | None, eager: bool = False, grow_batch: bool = True) -> TuneConfig:
     """The recipe; `eager`: the best one without torch.compile (what pays beside it chosen for
     eager execution), measured first where the compiled recipe's trial would take much of the
-    time left."""
+    time left; `grow_batch`: False keeps the run's batch."""
     config = speed_recipe(space, ctx, space.start(), held=COMPILE_KEYS if eager else ())
     if budget is not None:
         config = fit(space, ctx, footprint, config, budget)
-        config = grow(space, footprint, config, budget)
+        if grow_batch:
+            config = grow(space, footprint, config, budget)
     return config

@@ -58,6 +58,15 @@ class References:
             return True  # checked later, and only if it wins
         return key in self.losses or self.cache.losses(self.entry(config)) is not None
 
+    def check_pending(self, config: TuneConfig) -> bool:
+        """Whether a trial of `config` that wins will need the reference run at its batch (its
+        own batch is not the run's, no losses are known there, and no trial of the same numerics
+        kept the loss elsewhere)."""
+        key = self.key(config)
+        if computes_reference(config) or key[0] == self.run_batch or key in self.losses:
+            return False
+        return self.cache.losses(self.entry(config)) is None and not self.checked_elsewhere(config)
+
     def keep(self, config: TuneConfig, result: TrialResult) -> None:
         """A run that computes the reference keeps its losses for every later trial and search."""
         if not (computes_reference(config) and result.status == "ok" and result.losses):
