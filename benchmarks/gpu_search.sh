@@ -7,10 +7,11 @@
 #   gpt2      GPT-2 124M, default flags; hand: bf16 + SDPA + compile + fused AdamW at batch 16,
 #             and at batch 64 with CUDA graphs (reduce-overhead)                    ~8 min
 #   hf16      a 1.3B Hugging Face Llama (examples.hf_causal_lm:llama), 4 x 2048 tokens,
-#             --max-memory 16GiB; hand: bf16 weights + Liger-Kernel + fused AdamW   ~7.5 min
-#   hf24      the same at --max-memory 24GiB                                          ~7.5 min
+#             --max-memory 16GiB; hand: bf16 weights + Liger-Kernel + fused AdamW, at the
+#             whole batch and accumulating micro-batches of 2 and of 1              ~8.5 min
+#   hf24      the same at --max-memory 24GiB                                          ~8.5 min
 #   llama16   the built-in llama-1b, 4 samples, --max-memory 16GiB; hand: bf16 weights +
-#             Liger-Kernel's modules + fused AdamW                                  ~7.5 min
+#             Liger-Kernel's modules + fused AdamW (whole batch, micro-batches 2, 1)  ~8.5 min
 #   vision    torchvision's ResNet-50 (a model the search was never tuned on), default
 #             flags; hand: bf16 + compile + fused AdamW                              ~7 min
 # MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
@@ -50,14 +51,19 @@ case "$section" in
       --json "$OUT/hand-$section.json" > "$OUT/hand-$section.log" 2>&1
     python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 \
       --json "$OUT/hand-$section-b.json" >> "$OUT/hand-$section.log" 2>&1
-    grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -4 ;;
+    for micro in 2 1; do  # the same, accumulating where the whole batch does not fit
+      python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 --micro-batch $micro \
+        --json "$OUT/hand-$section-micro$micro.json" >> "$OUT/hand-$section.log" 2>&1
+    done
+    grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
   llama16)
     tune llama16 llama-1b --set batch_size=4 --max-memory 16GiB
-    for run in a b; do
+    for run in a b micro2 micro1; do  # micro*: accumulating where the whole batch does not fit
       python3 benchmarks/hand_recipe.py --workload llama-1b --batch-size 4 \
+        $([ "${run#micro}" != "$run" ] && echo --micro-batch "${run#micro}") \
         --json "$OUT/hand-llama16-$run.json" >> "$OUT/hand-llama16.log" 2>&1
     done
-    grep -iE "tokens/s|peak" "$OUT/hand-llama16.log" | tail -4 ;;
+    grep -iE "tokens/s|peak" "$OUT/hand-llama16.log" | tail -8 ;;
   vision)
     tune vision torchvision:resnet50
     gputune bench --workload torchvision:resnet50 --device cuda --fresh --remeasure 0 \

@@ -90,8 +90,23 @@ def builtin_llama(seed: int, name: str = "llama-1b", device: str = "cuda"):
     return workload, model
 
 
+def split(batch, parts: int) -> list:
+    """The batch in `parts` equal micro-batches along its first dim (tensors in a tuple, list or
+    dict), as one accumulates gradients by hand."""
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, torch.Tensor):
+        return list(batch.chunk(parts))
+    if isinstance(batch, dict):
+        cut = {k: split(v, parts) if isinstance(v, torch.Tensor) else [v] * parts
+               for k, v in batch.items()}
+        return [{k: v[i] for k, v in cut.items()} for i in range(parts)]
+    cut = [split(v, parts) if isinstance(v, torch.Tensor) else [v] * parts for v in batch]
+    return [type(batch)(v[i] for v in cut) for i in range(parts)]
+
+
 def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool = False,
-            workload_name: str = "hf-llama") -> dict:
+            workload_name: str = "hf-llama", micro_batch: int = 0) -> dict:
     build = hf_llama if workload_name == "hf-llama" else builtin_llama
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -104,9 +119,15 @@ def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool =
         [{**g, "foreach": False, "fused": True} for g in base.param_groups])
     times, losses = [], []
 
+    parts = batch_size // micro_batch if micro_batch else 1
+
     def step(i: int = 0):
-        loss = workload.loss(model, workload.batch(i, batch_size, device))
-        loss.backward()
+        total = 0.0
+        for part in split(workload.batch(i, batch_size, device), parts):
+            loss = workload.loss(model, part) / parts
+            loss.backward()
+            total = total + loss.detach()
+        loss = total
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -128,8 +149,9 @@ def measure(batch_size: int, steps: int, warmup: int, seed: int, profile: bool =
     peaks = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     kernels = top_kernels(step) if profile else None
     return {
-        "label": "hand recipe: bf16 weights + Liger-Kernel + fused AdamW",
-        "batch_size": batch_size, "sequence_length": workload.items_per_sample,
+        "label": "hand recipe: bf16 weights + Liger-Kernel + fused AdamW"
+                 + (f" + micro-batches of {micro_batch}" if parts > 1 else ""),
+        "batch_size": batch_size, "micro_batch_size": micro_batch if parts > 1 else 0, "sequence_length": workload.items_per_sample,
         "step_ms": median, "step_ms_q1": q[0], "step_ms_q3": q[2],
         "tokens_per_s": tokens / (median / 1e3),
         "peak_memory_bytes": peaks[0],
@@ -148,14 +170,20 @@ def main() -> None:
     p.add_argument("--workload", default="hf-llama", choices=("hf-llama", "llama-1b"),
                    help="the HF Llama example (Liger's patch) or the built-in llama-1b (Liger's "
                         "modules swapped in by hand)")
+    p.add_argument("--micro-batch", type=int, default=0,
+                   help="accumulate the gradients of micro-batches of this many samples (0: the "
+                        "whole batch at once), as one does by hand where the batch does not fit")
     p.add_argument("--json", required=True)
     p.add_argument("--profile", action="store_true",
                    help="after the measured steps, list the GPU kernels that take the most time")
     args = p.parse_args()
+    if args.micro_batch and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
+        p.error(f"--micro-batch {args.micro_batch} must divide --batch-size {args.batch_size}")
     import liger_kernel
     import triton
 
-    row = measure(args.batch_size, args.steps, args.warmup, args.seed, args.profile, args.workload)
+    row = measure(args.batch_size, args.steps, args.warmup, args.seed, args.profile, args.workload,
+                  args.micro_batch)
     row["workload"] = args.workload
     doc = {
         "tool": "benchmarks/hand_recipe.py",
