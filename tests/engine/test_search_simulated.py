@@ -354,3 +354,17 @@ def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tm
     print(f"second model at 3 min: {statistics.mean(with_store):.3f} with the first's store, "
           f"{statistics.mean(without):.3f} without")
     assert statistics.mean(with_store) < statistics.mean(without)
+
+
+def test_numerics_that_fail_are_never_recommended_even_when_checked_after_the_run(tmp_path):
+    # On this oracle float8 loses the loss; with an hour the search grows the batch, where the
+    # fp32 reference is run only once a float8 configuration leads, and its losses are then
+    # checked after the run: the check must catch it, as the worker's own does.
+    o = Oracle(37)
+    assert o.fp8_numerics
+    outcome, executor, _ = simulate(o, tmp_path, 3600.0)
+    assert any(c.fp8 != "off" and (c.batch_size or o.default_batch) != o.default_batch
+               for c in executor.trials)
+    top = outcome.recommendation
+    assert top is not None and o.numerics_ok(top.tune_config)
+    assert regret(o, outcome) < 0.1
