@@ -481,9 +481,10 @@ class OracleExecutor:
         parts = {"parameters": int(o.params * w), "gradients": int(o.params * w),
                  "optimizer_state": int(o.params * state)}
         peak = o.peak(c)
-        if peak > GPU_BYTES:
+        if peak > GPU_BYTES:  # the worker counted the parameters before the first step
             self.clock.now += seconds + 3.0
-            return replace(base, status="oom", message="out of memory (simulated)")
+            return replace(base, status="oom", message="out of memory (simulated)",
+                           memory_parts={**parts, "gradients": 0, "optimizer_state": 0})
         fault = o.fault(c)
         compiled = c.compile_mode != "off"
         first = (o.compile_s * (1.6 if c.fp8 != "off" else 1) * (0.4 if c.compile_scope == "block"

@@ -18,7 +18,7 @@ import statistics
 
 import pytest
 
-from search_oracle import LegacyStaged, Oracle, regret, simulate
+from search_oracle import GPU_BYTES, LegacyStaged, Oracle, regret, simulate
 from strategies.config import TuneConfig
 from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
@@ -368,3 +368,16 @@ def test_numerics_that_fail_are_never_recommended_even_when_checked_after_the_ru
     top = outcome.recommendation
     assert top is not None and o.numerics_ok(top.tune_config)
     assert regret(o, outcome) < 0.1
+
+
+def test_an_fp32_reference_the_models_shapes_put_past_the_device_is_not_run(tmp_path):
+    # A 1.9B model: the fp32 baseline runs out of memory, after counting its parameters; the
+    # plain fp32 reference with SDPA (165 GiB) would too, and is not tried: the checkpointed one
+    # runs at once.
+    o = Oracle(9)
+    outcome, executor, _ = simulate(o, tmp_path, 300.0)
+    fp32 = [c for c in executor.trials if c.precision == "fp32"]
+    assert fp32[0] == outcome.space.start() and o.peak(fp32[0]) > GPU_BYTES
+    assert all(c.checkpointing != "off" for c in fp32[1:]) and len(fp32) == 2
+    assert all(o.peak(c) <= GPU_BYTES for c in fp32[1:])
+    assert regret(o, outcome) < 1.0

@@ -59,6 +59,18 @@ def test_memory_parts_count_parameters_gradients_and_state_once():
     assert P.TrialResult.from_dict(trainer.result().to_dict()).memory_parts == parts
 
 
+def test_a_trial_that_fails_in_its_first_step_still_reports_the_parameters():
+    # An out-of-memory first step leaves the search the parameter count, from which the model's
+    # shapes estimate the next trial's peak (an fp32 reference far past the device is not run).
+    trainer = Trainer(workload=load("gpt2-tiny"), config=TuneConfig.from_dict({}), device="cpu",
+                      warmup_steps=1)
+    trainer.build()
+    failed = trainer.result(status="oom", message="out of memory")
+    n = sum(p.numel() for p in trainer.tuned.model.parameters())
+    assert failed.memory_parts["parameters"] == 4 * n
+    assert failed.memory_parts["gradients"] == failed.memory_parts["optimizer_state"] == 0
+
+
 def test_memory_parts_of_bf16_weights_with_8bit_state():
     import strategies
     from tuner_tui.engine.memory_parts import memory_parts

@@ -167,6 +167,9 @@ class Trainer:
             self.config, model, optimizer, device_type=self.device, blocks=blocks
         )
         self.report = self.tuned.report
+        # Counted before the first step as well: a trial that runs out of memory in it still
+        # tells the parameter count, from which the next trial's peak is estimated.
+        self.memory_parts = memory_parts(self.tuned.model, self.tuned.optimizer, self.torch_device)
         self._arm_gradient_check()
 
     def will_compile(self) -> bool:
