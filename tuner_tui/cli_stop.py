@@ -22,9 +22,12 @@ def _stop_by_force() -> None:
     with contextlib.suppress(Exception):
         import psutil  # (here: the CLI itself imports nothing outside the standard library)
 
-        for child in psutil.Process().children(recursive=True):
+        children = psutil.Process().children(recursive=True)
+        for child in children:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+        # a kill is delivered, not done: wait (briefly) so no worker outlives gputune's exit
+        psutil.wait_procs(children, timeout=3)
     with contextlib.suppress(Exception):
         print(f"gputune: the workers did not stop within {STOP_WATCHDOG_S:.0f} s of the "
               "interrupt: killed", file=sys.stderr)
