@@ -243,9 +243,9 @@ class AnytimeSearch(SearchStrategy):
             elif r.status in ("oom", "skipped") + FAILED:
                 # Predicted, not measured: what it would have given had it fit (or run); the
                 # moves from it that fit (or drop what failed) may give it still.
-                guess = self.proposals.get(config_key(r.tune_config))
-                if guess is not None and guess.mean is not None and guess.mean > floor:
-                    over.append(Parent(r.tune_config, guess.mean, guess.sd, guess.step_s, False))
+                guess = self._unmeasured(r.tune_config, found[0] if found else None)
+                if guess is not None and guess.mean > floor:
+                    over.append(guess)
         over.sort(key=lambda p: -p.mean)
         found += over[:2]
         if incumbent is not None and self.budget_bytes is not None:
@@ -255,6 +255,21 @@ class AnytimeSearch(SearchStrategy):
             if ran:
                 found.append(self._measured(max(ran, key=lambda r: r.tokens_per_s)))
         return found
+
+    def _unmeasured(self, config: TuneConfig, incumbent: Parent | None) -> Parent | None:
+        """A configuration that did not fit (or run) as a parent: what it would have given,
+        predicted again from the incumbent with what the search has learned since it was
+        proposed (a guess made from the baseline before anything was measured kept a failed
+        compile's children looking far faster than the trials near them measured)."""
+        guess = self.proposals.get(config_key(config))
+        if guess is None or guess.mean is None:
+            return None
+        if incumbent is None:
+            return Parent(config, guess.mean, guess.sd, guess.step_s, False)
+        keys = tuple(k for k in OPTIONS if _differs(incumbent.config, config, k))
+        again = self._predict(incumbent, config, keys)
+        step = self._step_s(incumbent, config, again.mean - incumbent.mean)
+        return Parent(config, again.mean, again.sd, step, False)
 
     def _tied(self, history: History, incumbent: TrialResult) -> list[Parent]:
         """The configuration that fits and measured as fast as the incumbent (within TIE) with
