@@ -381,3 +381,17 @@ def test_an_fp32_reference_the_models_shapes_put_past_the_device_is_not_run(tmp_
     assert all(c.checkpointing != "off" for c in fp32[1:]) and len(fp32) == 2
     assert all(o.peak(c) <= GPU_BYTES for c in fp32[1:])
     assert regret(o, outcome) < 1.0
+
+
+def test_the_failed_compile_of_the_expert_is_not_chased_through_its_eager_variants(tmp_path):
+    # CUDA graphs fail to compile on this oracle, and the expert's recipe used them. The moves
+    # from it that drop the compile are predicted from what the trials since then measured, not
+    # from the expert's guess made from the fp32 baseline: one such trial, not eight.
+    o = Oracle(252)
+    assert o.ro_fails
+    outcome, _, _ = simulate(o, tmp_path, 300.0)
+    whys = [t["why"] for t in outcome.timeline]
+    expert = next(t for t in outcome.timeline if t["why"] == "the expert's recipe")
+    assert expert["status"] == "compile"
+    assert sum("compile_mode reduce-overhead -> off" in w for w in whys) <= 2
+    assert regret(o, outcome) < 0.1
