@@ -360,7 +360,7 @@ def test_numerics_that_fail_are_never_recommended_even_when_checked_after_the_ru
     # On this oracle float8 loses the loss; with an hour the search grows the batch, where the
     # fp32 reference is run only once a float8 configuration leads, and its losses are then
     # checked after the run: the check must catch it, as the worker's own does.
-    o = Oracle(37)
+    o = Oracle(6)
     assert o.fp8_numerics
     outcome, executor, _ = simulate(o, tmp_path, 3600.0)
     assert any(c.fp8 != "off" and (c.batch_size or o.default_batch) != o.default_batch
