@@ -105,6 +105,19 @@ def test_remeasure_runs_the_leaders_interleaved():
     assert remeasure.remeasure([a], run) is None
 
 
+def test_a_round_that_no_longer_fits_in_the_time_left_is_not_run():
+    a, b = row("a", 1000.0, config={"precision": "bf16"}), row("b", 900.0)
+    order = []
+
+    def run(config, index, total):
+        order.append(config.precision)
+        return row(config.label(), 1000.0 if config.precision == "bf16" else 900.0)
+
+    verdict = remeasure.remeasure([a, b], run, repeats=2, round_fits=lambda: False)
+    assert order == ["bf16", "fp32"]  # the first round only: the verdict rests on it
+    assert verdict.winner is a and all(len(c.repeats) == 1 for c in verdict.candidates)
+
+
 def test_tune_re_measures_close_leaders_in_fresh_workers_and_reports_them(tmp_path, monkeypatch):
     from tests.engine.test_search import _search, hold_off_second_runs
     from tuner_tui.engine import search

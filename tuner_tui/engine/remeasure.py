@@ -210,11 +210,14 @@ def remeasure(
     run: Callable[[TuneConfig, int, int], TrialResult],
     repeats: int = REPEATS,
     third: bool = True,
+    round_fits: Callable[[], bool] = lambda: True,
 ) -> Verdict | None:
     """Run each leader `repeats` times, alternating (A B A B ...); `run(config, index, total)`
     measures one configuration in a fresh worker. Where the repeats overturn the first
-    measurements' order by more than their spread, one more round decides (if `third`). None
-    with fewer than two leaders."""
+    measurements' order by more than their spread, one more round decides (if `third`). Each
+    round after the first runs only where `round_fits()` (the time left holds it, as the last
+    round took): the verdict then rests on the rounds that ran. None with fewer than two
+    leaders."""
     if len(leading) < 2 or repeats < 1:
         return None
     candidates = [Remeasured(r) for r in leading]
@@ -227,10 +230,12 @@ def remeasure(
             index += 1
             c.repeats.append(run(c.original.tune_config, index, total))
 
-    for _ in range(repeats):
+    for n in range(repeats):
+        if n and not round_fits():
+            break
         round_(total)
     verdict = decide(candidates)
-    if third and verdict.contradicts_first():
+    if third and verdict.contradicts_first() and round_fits():
         round_(total + len(candidates))
         verdict = decide(candidates)
     return verdict

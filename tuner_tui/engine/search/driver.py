@@ -73,9 +73,12 @@ and on a large model one more run can cost a compiled trial (llama-1b on the H20
 195 s left)."""
 TIMEOUT_FLOOR_S = 60.0
 """The least a trial is given before it counts as hung, whatever its estimate."""
-WARM_COMPILE = 0.2
+WARM_COMPILE = 0.4
 """A re-measured configuration compiles again from the Inductor cache: about this share of its
-first compile (GPT-2 124M on the H200: 2-3 s against 22-25 s)."""
+first compile. On the H200 (the re-measures of benchmarks/results/h200-2026-12-0[23]/search-*,
+start and steps taken off their walls) 0.1 to 0.6, median about 0.35: ResNet-50 0.1, GPT-2
+0.3, the 1.3B Llamas with float8 and CUDA graphs 0.4 to 0.6. At 0.2, a re-measure planned to
+fit in 89 s took 147 s."""
 
 
 class Search:
@@ -300,6 +303,13 @@ class Search:
         leading, repeats, cost = plan
         third = cost + cost / repeats <= left
         steps = remeasure.repeat_steps(self.plan.steps)
+        walls: dict[str, float] = {}  # each leader's last repeat, in seconds
+
+        def round_fits() -> bool:
+            """The next round fits in the time left, as long as the last one took (a warm
+            compile took 0.1 to 0.6 of the cold one on the H200: the plan can be short)."""
+            return sum(walls.get(r.tune_config.label(), self._repeat_s(r))
+                       for r in leading) <= self._time_left()
 
         def run(config: TuneConfig, index: int, total: int) -> TrialResult:
             began = self.elapsed()
@@ -313,12 +323,13 @@ class Search:
             except Exception as exc:
                 result = _error_row(config, exc)
             self._end(summary(result))
+            walls[config.label()] = self.elapsed() - began
             self.timeline.append(Event(len(self.timeline) + 1, "remeasure", result.label,
                                        result.status, "ran", "re-measuring the leaders", began,
                                        self.elapsed(), result.tokens_per_s, *self._best_now()))
             return result
 
-        verdict = remeasure.remeasure(leading, run, repeats, third=third)
+        verdict = remeasure.remeasure(leading, run, repeats, third=third, round_fits=round_fits)
         if verdict is not None:
             self.verdicts.append(verdict)
             self._say(verdict.text())
