@@ -143,7 +143,10 @@ def test_a_reference_attempt_that_runs_out_of_memory_is_gone_before_the_next_is_
     import gc
     import weakref
 
+    from tuner_tui.engine.trial import warm_cpu_runtime
+
     workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+    warm_cpu_runtime(workload)  # (once per process: its model is not one of the attempts)
     built, alive_at_build = [], []
 
     def build_model():
