@@ -63,6 +63,36 @@ def test_the_estimate_computes_the_static_parts_and_scales_activations_by_the_mi
     assert estimate(lean, [], 8) is None
 
 
+def test_an_fp32_configuration_is_estimated_from_a_bf16_weights_trial():
+    # The walk from the measured trial moves one option at a time; precision fp32 cannot move
+    # while the weights are still bf16 (the rules refuse it), so it waits for them. It raised
+    # ConfigError before: `gputune bench` of a bf16-weights configuration then an fp32 one died.
+    lean = TuneConfig.from_dict({"precision": "bf16", "weights": "bf16", "batch_size": 8})
+    measured = [_row(lean, sum(static_parts(lean, N)) + 80 * MiB)]
+    fp32 = TuneConfig.from_dict({"batch_size": 8})
+    found = estimate(fp32, measured, default_batch=8)
+    assert found is not None and found.parameters == 4 * N and not found.certain
+    assert found.activations >= 80 * MiB  # fp32 holds no less a sample than bf16
+
+
+def test_a_compiled_configuration_is_estimated_from_the_nearest_trial_compiled_alike():
+    # Two trials as near (two options apart each): the one with the same compile mode is the
+    # basis, as CUDA graphs keep a pool of their own (on the H200, a 1.5B Llama's CUDA-graph
+    # configuration was estimated from the eager trial at 13.6 GiB and peaked at 16.0).
+    eager = TuneConfig.from_dict({"precision": "bf16", "fused_kernels": ["rms_norm"],
+                                  "batch_size": 8})
+    graphs = TuneConfig.from_dict({"precision": "bf16", "compile_mode": "reduce-overhead",
+                                   "checkpointing": "full", "attention": "sdpa",
+                                   "batch_size": 8})
+    measured = [_row(eager, sum(static_parts(eager, N)) + 40 * MiB),
+                _row(graphs, sum(static_parts(graphs, N)) + 70 * MiB)]
+    wanted = TuneConfig.from_dict({"precision": "bf16", "compile_mode": "reduce-overhead",
+                                   "batch_size": 8})
+    assert estimate(wanted, measured, default_batch=8).basis == graphs.label()
+    assert estimate(wanted.replace(compile_mode="off", attention="sdpa"), measured, 8).basis \
+        == eager.label()
+
+
 def test_the_first_trial_is_estimated_from_its_parameters_and_shapes_alone():
     shape = ModelShape(layers=2, hidden=64, intermediate=176, heads=4, kv_heads=2, vocab=512,
                        seq_len=64)

@@ -14,7 +14,7 @@ from tuner_tui.engine.search.memory import fixed_bytes
 from tuner_tui.engine.search.memory_prior import (
     ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes,
 )
-from tuner_tui.engine.search.memory_replay import replay_file, run_order
+from tuner_tui.engine.search.memory_replay import replay_file, run_order, timeline_order
 
 H200 = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-2026-11-30"
 COMMITTED = ["call1-fit/tune-hf-recipe-budget.json", "call1-fit/tune-hf-llama-24gib.json",
@@ -33,7 +33,10 @@ COMMITTED = ["call1-fit/tune-hf-recipe-budget.json", "call1-fit/tune-hf-llama-24
              "../h200-2026-12-01/call29-fit-free-llama/tune-llama-1b-free.json",
              "../h200-2026-12-01/call30-fit-graphs-hf/bench-hf-llama-graphs.json",
              # GPT-2 124M in eager with the fused kernels beside the same without
-             "../h200-2026-12-01/call31-host-and-kernels-e2e/bench-gpt2-kernels-e2e.json"]
+             "../h200-2026-12-01/call31-host-and-kernels-e2e/bench-gpt2-kernels-e2e.json",
+             # the HF Llama at 16 and 24 GiB, in the order of the files' time lines
+             "../h200-2026-12-03/search-hf16-fit/tune-hf16.json",
+             "../h200-2026-12-03/search-hf24-fit/tune-hf24.json"]
 
 # Rows the model is known to miss by more than 15%, and why. CUDA graphs' private pool: GPT-2 at
 # batch 64 under reduce-overhead reserved 39.6 GiB against 28.5 allocated, an overhead nothing
@@ -56,6 +59,13 @@ def test_a_tune_file_is_replayed_in_the_order_its_log_shows():
     log = ("[1/2 | 0m01s elapsed] B: 5.0k tokens/s\n[2/2 | 0m09s elapsed] A: starting worker\n"
            "[1/2 | re-measuring the leaders, interleaved] A: building\n")
     assert [r.label for r in run_order([a, b], log)] == ["B", "A"]
+
+
+def test_a_tune_file_with_a_time_line_is_replayed_in_its_order():
+    a, b, c = (TrialResult(config={}, label=x, status="ok") for x in ("A", "B", "C"))
+    timeline = [{"kind": "trial", "label": "B"}, {"kind": "trial", "label": "A"},
+                {"kind": "remeasure", "label": "C"}, {"kind": "remeasure", "label": "A"}]
+    assert [r.label for r in timeline_order([a, b, c], timeline)] == ["B", "A", "C"]
 
 
 TINY = ModelShape(layers=2, hidden=64, intermediate=176, heads=4, kv_heads=2, vocab=512,

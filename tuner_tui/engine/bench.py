@@ -229,7 +229,10 @@ def run_bench(
             else:
                 if index < total:
                     next_worker.begin(client)
-                estimated = estimate(config, results, default_batch)
+                try:
+                    estimated = estimate(config, results, default_batch)
+                except Exception:  # an estimate that cannot be made never stops a bench
+                    estimated = None
                 result = run_one(client, config, plan.trial_plan(index, config),
                                  references.get(key, ()), progress, inapplicable=inapplicable)
                 if estimated is None:  # nothing measured before it: from what its worker counted

@@ -12,9 +12,10 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from strategies.config import TuneConfig
+from strategies.errors import ConfigError
 from strategies.registry import ACTIVATION_KEYS, OPTIONS
 from tuner_tui.engine.protocol import TrialResult, measured_peak
 from tuner_tui.engine.search.memory_prior import (
@@ -194,16 +195,18 @@ def estimate(
         if n_params is None:  # parameters and state are in the measured peak, not computed
             others += sum(c[k] != config[k] for k in OPTIONS
                           if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))
-        return (others, abs(math.log(micro(c) / micro(config))))
+        # Among as near: the same compile mode (CUDA graphs keep their own memory pool,
+        # which no per-sample ratio carries), then the closest micro-batch.
+        return (others, c.compile_mode != config.compile_mode,
+                abs(math.log(micro(c) / micro(config))))
 
     near_config, near = min(known, key=distance)
     ratio, certain = 1.0, not step_bound(near_config, near)
     step = near_config
     pairs = [(c, r) for c, r in known if not step_bound(c, r)]
-    for key in _differing(near_config, config):
+    for key, moved in _walk(near_config, config):
         found = option_ratio(key, _activation_values(config, key),
                              _activation_values(near_config, key), pairs, per_sample)
-        moved = _with_option(step, config, key)
         if found is None:
             certain = False
             if shape is not None:
@@ -245,6 +248,27 @@ def prior_estimate(config: TuneConfig, result: TrialResult, default_batch: int,
                optimizer_copy_bytes(config, shape))
     return MemoryEstimate(*static_parts(config, n_params), int(rest),
                           data_parallel_bytes(config, n_params), "the model's shapes", False)
+
+
+def _walk(start: TuneConfig, target: TuneConfig) -> Iterator[tuple[str, TuneConfig]]:
+    """From `start` to `target` one differing activation option at a time, each step a valid
+    configuration: a move the rules refuse on its own (precision fp32 while the weights are
+    still bf16) waits until the options it needs have moved."""
+    step, pending = start, _differing(start, target)
+    while pending:
+        for key in pending:
+            try:
+                moved = _with_option(step, target, key)
+            except ConfigError:
+                continue
+            pending.remove(key)
+            yield key, moved
+            step = moved
+            break
+        else:  # held by an option that is not walked (offloaded state needs no fp16): the
+            for key in pending:  # measured ratios still apply, the prior's says nothing
+                yield key, step
+            return
 
 
 def _with_option(c: TuneConfig, target: TuneConfig, key: str) -> TuneConfig:

@@ -4,9 +4,10 @@ measured before it), and set each trial's estimate beside its measured peak. Tor
 
     python -m tuner_tui.engine.search.memory_replay benchmarks/results/h200-2026-11-30/*/*.json
 
-The order comes from the log beside the file (`X.log` beside `X.json`): a tune file lists its
-trials ranked, not in the order they ran. Without a log, the file's own order is used (bench
-writes its trials in the order they ran)."""
+The order comes from the tune file's time line or, in files written before it, from the log
+beside the file (`X.log` beside `X.json`): a tune file lists its trials ranked, not in the
+order they ran. Without either, the file's own order is used (bench writes its trials in the
+order they ran)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,17 @@ def run_order(results: list[TrialResult], log: str | None) -> list[TrialResult]:
     return [r for _, r in sorted(keyed, key=lambda item: item[0])]
 
 
+def timeline_order(results: list[TrialResult], timeline: list[dict]) -> list[TrialResult]:
+    """`results` in the order a tune file's time line says they ran (its trials, not the
+    re-measures); those it does not name keep their place after those it does."""
+    first: dict[str, int] = {}
+    for event in timeline:
+        if event.get("kind") != "remeasure":
+            first.setdefault(event["label"], len(first))
+    return [r for _, r in sorted(enumerate(results),
+                                 key=lambda item: (first.get(item[1].label, 10**9), item[0]))]
+
+
 def replay(ordered: list[TrialResult], default_batch: int,
            shape: ModelShape | None = None) -> list[ReplayRow]:
     """Each trial's estimate from the trials before it, as `SearchDriver.evaluate` makes it
@@ -97,7 +109,9 @@ def replay_file(path: str | Path) -> list[ReplayRow]:
     log = log_path.read_text(errors="replace") if log_path.exists() else None
     results = [TrialResult.from_dict(r) for r in data["results"]]
     workload = data["workload"]
-    return replay(run_order(results, log), workload["default_batch_size"],
+    ordered = (timeline_order(results, data["timeline"]) if data.get("timeline")
+               else run_order(results, log))
+    return replay(ordered, workload["default_batch_size"],
                   WORKLOAD_SHAPES.get(workload["name"]))
 
 
