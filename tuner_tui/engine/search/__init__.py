@@ -22,7 +22,7 @@ from tuner_tui.engine.search.driver import (
 )
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import (
-    CHECKPOINT_PRIOR, estimate_peak, measured_peak, pareto_front, parse_bytes,
+    estimate_peak, measured_peak, pareto_front, parse_bytes,
 )
 from tuner_tui.engine.search.report import SearchOutcome, explain, export, report, write_json
 from tuner_tui.engine.search.space import (
@@ -30,7 +30,7 @@ from tuner_tui.engine.search.space import (
 )
 
 __all__ = [
-    "AnytimeSearch", "CHECKPOINT_PRIOR", "DEFAULT_CHOICES", "History", "KERNEL_SETS",
+    "AnytimeSearch", "DEFAULT_CHOICES", "History", "KERNEL_SETS",
     "Proposal", "REUSABLE", "Search", "SearchOutcome", "SearchPlan", "SearchSpace",
     "SearchStrategy", "compile_cache_environ", "config_key", "default_memory_budget",
     "default_space", "estimate_peak", "explain", "export", "measured_peak", "pareto_front",

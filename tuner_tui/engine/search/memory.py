@@ -22,10 +22,6 @@ from tuner_tui.engine.search.memory_prior import (
     ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes, shards,
 )
 
-CHECKPOINT_PRIOR = 1.0
-"""Activations per sample of a checkpointed run relative to no checkpointing, until measured: 1.0,
-so an unmeasured checkpointing mode is never assumed to fit where no checkpointing would not."""
-
 WEIGHT_BYTES = OPTIONS["weights"].search.bytes_per_parameter
 """Bytes per parameter, and per gradient (gradients take the parameters' dtype), by `weights`."""
 STATE_BYTES = OPTIONS["optimizer_state"].search.bytes_per_parameter
@@ -302,45 +298,6 @@ def estimate_peak(
     """The total of `estimate`, or None."""
     found = estimate(config, measured, default_batch)
     return found.total if found is not None else None
-
-
-def activations(result: TrialResult, n_params: int | None, default_batch: int) -> int | None:
-    """What a measured trial held beyond parameters, gradients and optimizer state."""
-    peak = measured_peak(result)
-    if peak is None or n_params is None:
-        return None
-    return max(0, peak - fixed_bytes(result.tune_config, n_params))
-
-
-def checkpoint_ratios(mode: str, known, micro, n_params: int | None = None) -> list[float]:
-    """What `mode` holds per sample beyond parameters, gradients and state (the whole peak where
-    the parameter count is unknown), over the same configuration without checkpointing: one
-    ratio per measured pair. `known` holds (config, result) pairs with a measured peak."""
-
-    def rest(c: TuneConfig, r: TrialResult) -> float:
-        if n_params is None:
-            return measured_peak(r)
-        return max(1, measured_peak(r) - fixed_bytes(c, n_params))
-
-    ratios = []
-    for c, r in known:
-        if c.checkpointing != mode:
-            continue
-        for c_off, r_off in known:
-            if c_off.checkpointing == "off" and c_off.replace(
-                batch_size=c.batch_size, micro_batch_size=c.micro_batch_size,
-                checkpointing=mode, checkpoint_every=c.checkpoint_every,
-            ) == c:
-                ratios.append((rest(c, r) / micro(c)) / (rest(c_off, r_off) / micro(c_off)))
-    return ratios
-
-
-def checkpoint_ratio(mode: str, known, micro, n_params: int | None = None) -> float:
-    """The median of the measured ratios for `mode`; CHECKPOINT_PRIOR until one is measured."""
-    if mode == "off":
-        return 1.0
-    ratios = checkpoint_ratios(mode, known, micro, n_params)
-    return statistics.median(ratios) if ratios else CHECKPOINT_PRIOR
 
 
 def pareto_front(results: Iterable[TrialResult]) -> list[TrialResult]:
