@@ -254,6 +254,9 @@ def run_bench(
                 if index < total:
                     client, _ = next_worker.take()
     except KeyboardInterrupt:
+        # A worker in a trial reads no Shutdown until the trial ends: asked for a second, not
+        # five, then terminated (the whole stop has STOP_WATCHDOG_S).
+        client.stop(timeout=1.0)
         raise Interrupted(results, ready.environment, workload) from None
     finally:
         client.stop()

@@ -189,6 +189,18 @@ class WorkerClient:
             assert self.process is not None
             wait([self.process.sentinel, self.events._reader], timeout=min(remaining, 0.25))
 
+    def end_now(self) -> None:
+        """Terminate the worker without asking (one still starting cannot be asked), then kill
+        it if it lingers."""
+        if self.process is None or not self.process.is_alive():
+            return
+        self.process.terminate()
+        self.process.join(2.0)
+        if self.process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+            self.process.join(2.0)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the worker to shut down; terminate, then kill, if it does not."""
         if self.process is None:

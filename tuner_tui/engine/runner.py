@@ -139,8 +139,11 @@ class NextWorker:
         return start_worker(self.spec, self.start_timeout)
 
     def close(self) -> None:
-        """Stop a worker started and not taken."""
+        """Stop a worker started and not taken; one still starting is ended, not waited for
+        (under load a start takes tens of seconds, and an interrupted run has 30 to stop)."""
         if self._thread is not None:
+            if self._thread.is_alive() and self._client is not None:
+                self._client.end_now()
             self._thread.join()
             self._thread = None
         if self._client is not None:
