@@ -209,13 +209,7 @@ class WorkerClient:
             with contextlib.suppress(Exception):
                 self.send(protocol.Shutdown())
             self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(2.0)
-        if self.process.is_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGKILL)
-            self.process.join(2.0)
+        self.end_now()
         for q in (self.commands, self.events):
             if q is not None:
                 q.close()
