@@ -9,14 +9,21 @@ float8, activation checkpointing, data-parallel wrapping, compile, optimizer), t
 
 Adding a strategy: write `strategies/<name>.py` with `apply(run, config)`, add one
 `Strategy(...)` below, and its `apply` in its place in `compose.APPLY_ORDER`. Each option also
-gets its type in `TuneConfig` (for type checkers; a test names any that is missing).
+gets its type in `TuneConfig` (for type checkers; a test names any that is missing). The
+rules across options live in `strategies/rules.py`, what a machine can run in
+`strategies/capabilities.py`; both are re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from strategies.capabilities import (  # noqa: F401  (part of this API)
+    CAPABILITY_WORDS,
+    Capabilities,
+    option_unavailable,
+)
 from strategies.options import (  # noqa: F401  (Option and its kinds are part of this API)
     BoolOption,
     ChoiceOption,
@@ -27,6 +34,7 @@ from strategies.options import (  # noqa: F401  (Option and its kinds are part o
     SearchFacts,
     SetOption,
 )
+from strategies.rules import RULES, micro_batch_problem  # noqa: F401  (part of this API)
 
 # Names of the kernels in `kernels/` that the fused-kernels strategy can swap in. Kept here as
 # data (not imported from kernels/) so that the registry stays free of torch and triton.
@@ -466,82 +474,6 @@ STRATEGIES: tuple[Strategy, ...] = (
     ),
 )
 
-def _fullgraph_needs_compile(values: dict) -> str | None:
-    """compile_fullgraph = true needs a compile_mode other than off."""
-    if values["compile_fullgraph"] and values["compile_mode"] == "off":
-        return "compile_fullgraph = true needs compile_mode other than off (compile_mode = off)"
-    return None
-
-
-def _bf16_weights_need_bf16_precision(values: dict) -> str | None:
-    """weights = bf16 needs precision = bf16."""
-    if values["weights"] == "bf16" and values["precision"] != "bf16":
-        return (
-            f"weights = bf16 needs precision = bf16 (bf16 parameters run their matmuls in bf16; "
-            f"autocast keeps the losses and norms in fp32), not precision = {values['precision']}"
-        )
-    return None
-
-
-def _devices_need_parallel(values: dict) -> str | None:
-    """devices > 1 needs parallel = ddp or fsdp2 (parallel with devices = 1 runs a group of one,
-    which measures what the wrapper costs)."""
-    if values["devices"] > 1 and values["parallel"] == "none":
-        return (
-            f"devices = {values['devices']} needs parallel = ddp or fsdp2 (parallel = none "
-            "trains on one device)"
-        )
-    return None
-
-
-def _micro_batch_divides_batch(values: dict) -> str | None:
-    """micro_batch_size divides the batch (each rank's share, batch_size / devices)."""
-    batch, micro = values["batch_size"], values["micro_batch_size"]
-    per_rank = batch // values["devices"] if batch and batch % values["devices"] == 0 else batch
-    if per_rank and micro and per_rank % micro:
-        return micro_batch_problem(per_rank, micro)
-    return None
-
-
-def micro_batch_problem(batch: int, micro: int) -> str:
-    divisors = ", ".join(str(d) for d in range(1, batch + 1) if batch % d == 0)
-    return (
-        f"micro_batch_size = {micro} does not divide batch_size = {batch}: allowed micro-batch "
-        f"sizes are 0 (the whole batch) or a divisor of {batch} ({divisors})"
-    )
-
-
-def _offload_without_grad_scaler(values: dict) -> str | None:
-    """optimizer_state = offload cannot run with precision = fp16 (its GradScaler)."""
-    if values["optimizer_state"] == "offload" and values["precision"] == "fp16":
-        return (
-            "optimizer_state = offload cannot run with precision = fp16: the GradScaler would "
-            "unscale the GPU gradients after they were copied to the CPU; use precision = bf16"
-        )
-    return None
-
-
-def _batch_divides_over_devices(values: dict) -> str | None:
-    """batch_size is a multiple of devices."""
-    batch, devices = values["batch_size"], values["devices"]
-    if batch and batch % devices:
-        return (
-            f"batch_size = {batch} is not a multiple of devices = {devices}: each rank trains "
-            "on batch_size / devices sequences"
-        )
-    return None
-
-
-RULES = (
-    _fullgraph_needs_compile,
-    _bf16_weights_need_bf16_precision,
-    _micro_batch_divides_batch,
-    _offload_without_grad_scaler,
-    _devices_need_parallel,
-    _batch_divides_over_devices,
-)
-"""Checks across options; each returns a message that names both options, or None."""
-
 OPTIONS: dict[str, Option] = {o.key: o for s in STRATEGIES for o in s.options}
 OPTION_STRATEGY: dict[str, str] = {o.key: s.name for s in STRATEGIES for o in s.options}
 
@@ -594,54 +526,3 @@ def computes_reference(values: dict) -> bool:
 
 def _plain_value(value: Any) -> Any:
     return tuple(value) if isinstance(value, (list, tuple)) else value
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the machine a run goes to can do; plain data so the UI can hold it."""
-
-    device: str  # "cuda" or "cpu"
-    cuda: bool
-    bf16: bool
-    triton: bool
-    gpu_name: str = ""
-    fp8: bool = False
-    """float8 matmuls: a CUDA GPU of compute capability 8.9 or newer."""
-    reasons: dict = field(default_factory=dict)
-    """Why a capability is missing, e.g. {"cuda": "no CUDA device (NVML: library not found)"}."""
-
-    def has(self, need: str) -> bool:
-        return bool(getattr(self, need))
-
-    def why_not(self, need: str) -> str:
-        return self.reasons.get(need) or f"needs {need}"
-
-    def to_dict(self) -> dict:
-        return {
-            "device": self.device,
-            "cuda": self.cuda,
-            "bf16": self.bf16,
-            "triton": self.triton,
-            "gpu_name": self.gpu_name,
-            "fp8": self.fp8,
-            "reasons": dict(self.reasons),
-        }
-
-
-CAPABILITY_WORDS = {
-    "cuda": "a CUDA GPU",
-    "bf16": "bfloat16 support (a CUDA GPU of compute capability 8.0+, or the CPU)",
-    "triton": "Triton kernels (a CUDA GPU with triton installed)",
-    "fp8": "float8 matmuls (a CUDA GPU of compute capability 8.9+: Ada, Hopper or newer)",
-}
-
-
-def option_unavailable(option: Option, value: Any, caps: Capabilities) -> str | None:
-    """Why `option = value` cannot run with `caps`, or None if it can."""
-    for need in option.needs(value):
-        if not caps.has(need):
-            return (
-                f"{option.key} = {option.show(value)} needs {CAPABILITY_WORDS.get(need, need)}, "
-                f"and device = {caps.device} has none: {caps.why_not(need)}"
-            )
-    return None
