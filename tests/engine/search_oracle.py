@@ -589,7 +589,7 @@ class LegacyStaged:
         for key, result in history.results.items():
             self.history.results[key] = result
         footprint = Footprint(history, self.space.default_batch, self.search.budget_bytes)
-        while self.search._time_left() > 0:
+        while self.search.time_left() > 0:
             while self.queue:
                 config = self.queue.pop(0)
                 if config in history:

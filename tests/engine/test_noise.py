@@ -159,16 +159,12 @@ def test_where_the_leaders_cannot_be_re_measured_in_the_time_left_the_report_say
     instead of keeping time back for them, and the report says the first measurements decide."""
     from search_oracle import Oracle, simulate
     from tuner_tui.engine import search
-    from tuner_tui.engine.search import driver
+    from tuner_tui.engine.search import leaders
 
     monkeypatch.setattr(remeasure, "MIN_LEADER_GAP", 10.0)  # every eligible row leads
+    monkeypatch.setattr(leaders.LeaderRemeasure, "repeat_s", lambda self, r: 10_000.0)
     o = Oracle(5, fault_rate=0.0)
-    original = driver.Search._repeat_s
-    try:
-        driver.Search._repeat_s = lambda self, r: 10_000.0
-        outcome, _, clock = simulate(o, tmp_path, 300.0)
-    finally:
-        driver.Search._repeat_s = original
+    outcome, _, clock = simulate(o, tmp_path, 300.0)
     assert outcome.remeasured is None
     assert "the leaders were not re-measured" in outcome.remeasure_note
     assert outcome.remeasure_note in outcome.reason and outcome.remeasure_note in search.report(outcome)

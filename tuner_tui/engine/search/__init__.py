@@ -10,7 +10,8 @@
 - `executor`: where trials run (fresh workers);
 - `references`: the fp32 reference's losses each trial is checked against;
 - `plan`: what a search is asked to do (`SearchPlan`) and its time line's entries;
-- `driver`: the search itself (`Search`): the time budget, the trials, the re-measurement;
+- `leaders`: the leaders' interleaved re-measure, planned and run in the time left;
+- `driver`: the search itself (`Search`): the time budget, the trials, the outcome;
 - `report`: the outcome, why the recommendation won, the report, JSON and export.
 
 The names the CLI, the dashboard and the tests use are re-exported here.

@@ -9,7 +9,7 @@ always the candidate with the highest expected gain per second. Around it, this 
 - gives each trial the fp32 reference's losses, run once per workload, batch and machine and
   kept on disk (`reference_cache.py`), and its worker the reference's gradient sketch;
 - stops a trial early once it is clearly slower than the best so far;
-- keeps back the time the leaders' interleaved re-measurement will need (`remeasure.py`), runs
+- keeps back the time the leaders' interleaved re-measurement will need (`leaders.py`), runs
   it when the search's next trial would eat into that time, and gives what is left after it
   back to the search: the time budget ends with at most one trial's worth unused;
 - turns anything that goes wrong with one candidate (a refused combination, an estimate that
@@ -41,8 +41,9 @@ from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.runner import TrialPlan, best, trace_path
 from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal
-from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor
+from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
 from tuner_tui.engine.search.history import History
+from tuner_tui.engine.search.leaders import LeaderRemeasure
 from tuner_tui.engine.search.memory import (
     estimate, measured_peak, parameter_count, pareto_front, prior_estimate,
 )
@@ -59,8 +60,6 @@ from tuner_tui.engine.table import summary
 REUSABLE = STORE_REUSABLE + ("stopped",)
 """Statuses of stored trials that a later search reuses: the store's, and a trial stopped early
 as clearly slower than the best."""
-REMEASURED_LEADERS = 2
-"""The leaders re-measured: the best and the closest one behind it."""
 FIRST_STEPS_MIN = 5
 """The fewest measured steps a trial's first measurement takes (where --steps allows)."""
 SURPRISE_SDS = 4.0
@@ -73,12 +72,6 @@ and on a large model one more run can cost a compiled trial (llama-1b on the H20
 195 s left)."""
 TIMEOUT_FLOOR_S = 60.0
 """The least a trial is given before it counts as hung, whatever its estimate."""
-WARM_COMPILE = 0.4
-"""A re-measured configuration compiles again from the Inductor cache: about this share of its
-first compile. On the H200 (the re-measures of benchmarks/results/h200-2026-12-0[23]/search-*,
-start and steps taken off their walls) 0.1 to 0.6, median about 0.35: ResNet-50 0.1, GPT-2
-0.3, the 1.3B Llamas with float8 and CUDA graphs 0.4 to 0.6. At 0.2, a re-measure planned to
-fit in 89 s took 147 s."""
 
 
 class Search:
@@ -116,9 +109,7 @@ class Search:
         self.out_of_time = False
         self.interrupted = False
         self.error = ""
-        self.verdicts: list[remeasure.Verdict] = []
-        self.remeasured_sets: list[frozenset[str]] = []
-        self.remeasure_note = ""
+        self.leaders = LeaderRemeasure(self)
         self.history: History | None = None
 
     # -- the loop ------------------------------------------------------------------------------
@@ -136,17 +127,17 @@ class Search:
             # Ctrl-C, SIGTERM or SIGHUP (the CLI raises it for all three): the trial under
             # way is dropped, and what was measured is reported rather than lost.
             self.interrupted = True
-            self._say("interrupted: the trials measured so far are reported")
+            self.say("interrupted: the trials measured so far are reported")
         except Exception as exc:  # a fault of the search itself: what it measured still counts
             self.error = f"{type(exc).__name__}: {exc}"
             self.error_trace = traceback.format_exc()
-            self._say(f"the search stopped on an internal error ({self.error}); the trials "
+            self.say(f"the search stopped on an internal error ({self.error}); the trials "
                       "measured so far are reported")
         finally:
             self.executor.close()
         return self._outcome()
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         try:
             print(line, file=self.out, flush=True)
         except (OSError, ValueError):  # a closed terminal must not lose the report's files
@@ -191,7 +182,7 @@ class Search:
             budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,
             time_available=self._time_available, reference_ready=self.refs.known,
             reference_check_s=self._reference_check_s)
-        self._say(f"searching {self.space.describe() or 'one configuration'} "
+        self.say(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
                   + (f", time budget {plan.budget_s / 60:g} min" if plan.budget_s else "") + ")")
@@ -220,7 +211,7 @@ class Search:
         while True:
             proposal = self.strategy.next(self.history)
             if proposal is None:
-                if self._remeasure_due() and self._remeasure():
+                if self.leaders.due() and self.leaders.run():
                     continue  # the time left after it goes back to the search
                 break
             result = self.evaluate(proposal.config, proposal.why, proposal=proposal)
@@ -232,7 +223,7 @@ class Search:
                 self.refs.for_config(self.space.start().replace(precision="bf16")
                                     if "bf16" in self.space.values("precision")
                                     else self.space.start().replace(compile_mode="default"))
-        if self.plan.budget_s and self._time_left() < self._typical_trial_s():
+        if self.plan.budget_s and self.time_left() < self._typical_trial_s():
             self.out_of_time = True
 
     def _learn_size(self) -> None:
@@ -248,7 +239,7 @@ class Search:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def _time_left(self) -> float:
+    def time_left(self) -> float:
         if not self.plan.budget_s:
             return math.inf
         return self.plan.budget_s - self.elapsed()
@@ -258,82 +249,12 @@ class Search:
         will need, where it can still be done (None without a time budget)."""
         if not self.plan.budget_s:
             return None
-        left = self._time_left()
-        plan = self._remeasure_plan(left) if self._remeasure_due() else None
-        return left - (plan[2] if plan else 0.0)
+        left = self.time_left()
+        return left - self.leaders.reserve_s(left)
 
     def _typical_trial_s(self) -> float:
         walls = [e.ended_s - e.started_s for e in self.timeline if e.how == "ran"]
         return statistics.median(walls) if walls else 0.0
-
-    def _repeat_s(self, r: TrialResult) -> float:
-        """One more run of a measured configuration, compiled again from the cache."""
-        first = (r.compile_s or 0.0) * (WARM_COMPILE if r.tune_config.compile_mode != "off" else 1)
-        steps = self.plan.warmup_steps + remeasure.repeat_steps(self.plan.steps)
-        return self.times.start_s() + first + steps * (r.step_ms or 0.0) / 1e3
-
-    # -- re-measuring the leaders ----------------------------------------------------------------
-    def _leaders(self) -> list[TrialResult]:
-        return remeasure.leaders(self.history.eligible(), limit=REMEASURED_LEADERS)
-
-    def _remeasure_due(self) -> bool:
-        if self.plan.remeasure_repeats < 1:
-            return False
-        leading = self._leaders()
-        return len(leading) >= 2 and frozenset(r.label for r in leading) not in self.remeasured_sets
-
-    def _remeasure_plan(self, left: float) -> tuple[list[TrialResult], int, float] | None:
-        return remeasure.fitting(self._leaders(), self.plan.remeasure_repeats, self._repeat_s,
-                                 left)
-
-    def _remeasure(self) -> bool:
-        """Re-measure the leaders, as many rounds as fit in the time left; False where not even
-        one fits (then the first measurements decide, and the report says so)."""
-        leading = self._leaders()
-        self.remeasured_sets.append(frozenset(r.label for r in leading))
-        left = self._time_left()
-        plan = self._remeasure_plan(left)
-        if plan is None:
-            needed = sum(self._repeat_s(r) for r in leading)
-            self.remeasure_note = (
-                f"time budget: the leaders were not re-measured ({fmt.clock(max(0.0, left))} "
-                f"left, about {fmt.clock(needed)} needed); the first measurements decide")
-            self._say(self.remeasure_note)
-            return False
-        leading, repeats, cost = plan
-        third = cost + cost / repeats <= left
-        steps = remeasure.repeat_steps(self.plan.steps)
-        walls: dict[str, float] = {}  # each leader's last repeat, in seconds
-
-        def round_fits() -> bool:
-            """The next round fits in the time left, as long as the last one took (a warm
-            compile took 0.1 to 0.6 of the cold one on the H200: the plan can be short)."""
-            return sum(walls.get(r.tune_config.label(), self._repeat_s(r))
-                       for r in leading) <= self._time_left()
-
-        def run(config: TuneConfig, index: int, total: int) -> TrialResult:
-            began = self.elapsed()
-            self.progress.begin(index, total, config.label(skip=self.skip),
-                                "re-measuring the leaders, interleaved")
-            try:
-                original = self.history.get(config)
-                expected = self._repeat_s(original) if original is not None else 0.0
-                result = self._run(config, (), steps, early_stop=False,
-                                   timeout=self._timeout(expected))
-            except Exception as exc:
-                result = _error_row(config, exc)
-            self._end(summary(result))
-            walls[config.label()] = self.elapsed() - began
-            self.timeline.append(Event(len(self.timeline) + 1, "remeasure", result.label,
-                                       result.status, "ran", "re-measuring the leaders", began,
-                                       self.elapsed(), result.tokens_per_s, *self._best_now()))
-            return result
-
-        verdict = remeasure.remeasure(leading, run, repeats, third=third, round_fits=round_fits)
-        if verdict is not None:
-            self.verdicts.append(verdict)
-            self._say(verdict.text())
-        return True
 
     # -- one configuration -----------------------------------------------------------------------
     def evaluate(self, config: TuneConfig, why: str, kind: str = "trial",
@@ -349,8 +270,8 @@ class Search:
         except KeyboardInterrupt:
             raise
         except Exception as exc:
-            self._end(f"error: {type(exc).__name__}: {exc}")
-            result, how = _error_row(config, exc), "error"
+            self.end_line(f"error: {type(exc).__name__}: {exc}")
+            result, how = error_row(config, exc), "error"
         ended = self.elapsed()
         self.history.add(config, result)
         self.order.append(result)
@@ -363,12 +284,12 @@ class Search:
         self.refs.keep(config, result)
         self._learn_size()
         self.timeline.append(Event(len(self.timeline) + 1, kind, result.label, result.status, how,
-                                   why, began, ended, result.tokens_per_s, *self._best_now()))
+                                   why, began, ended, result.tokens_per_s, *self.best_now()))
         if self.on_trial is not None:
             self.on_trial(result, how)
         return result
 
-    def _best_now(self) -> tuple[str | None, float | None]:
+    def best_now(self) -> tuple[str | None, float | None]:
         top = self.history.best() if self.history is not None else None
         return (top.label, top.tokens_per_s) if top is not None else (None, None)
 
@@ -382,30 +303,30 @@ class Search:
                       and stored.result.status == "ok" and not stored.result.profile)
         if stored is not None and stored.result.status in REUSABLE and not unprofiled:
             self._begin(config, why)
-            self._end("skipped as measured (in the store): " + summary(stored.result))
+            self.end_line("skipped as measured (in the store): " + summary(stored.result))
             return stored.result, "reused"
         estimated = self._estimate(config)
         reference = self.refs.for_config(config)
         self._begin(config, why)
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
-        result = self._run(config, reference, steps, timeout=self._timeout(seconds))
+        result = self.run_trial(config, reference, steps, timeout=self.timeout(seconds))
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
             result = replace(result, memory_estimate=estimated.to_dict())
         self.store.record(result, self.environment, self.workload_key, steps,
                           self.plan.warmup_steps)
-        self._end(summary(result) + _compile_note(result))
+        self.end_line(summary(result) + _compile_note(result))
         return result, "ran"
 
-    def _timeout(self, expected_s: float) -> float:
+    def timeout(self, expected_s: float) -> float:
         """When a trial expected to take `expected_s` counts as hung: three times that (a first
         compile is hard to predict), at least TIMEOUT_FLOOR_S, and within a time budget no
         later than its end plus the trial's expected time."""
         timeout = min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
         if self.plan.budget_s:
-            timeout = min(timeout, max(0.0, self._time_left()) + max(TIMEOUT_FLOOR_S, expected_s))
+            timeout = min(timeout, max(0.0, self.time_left()) + max(TIMEOUT_FLOOR_S, expected_s))
         return timeout
 
     def _may_fit(self, config: TuneConfig, device_bytes: int) -> bool:
@@ -441,7 +362,7 @@ class Search:
         except (OSError, ValueError):
             pass
 
-    def _end(self, text: str) -> None:
+    def end_line(self, text: str) -> None:
         try:
             self.progress.end(text)
         except (OSError, ValueError):
@@ -449,7 +370,7 @@ class Search:
 
     def _trials_left(self) -> int:
         typical = self._typical_trial_s()
-        left = self._time_left()
+        left = self.time_left()
         if math.isinf(left) or not typical:
             return 1_000_000
         return int(max(0.0, left) // typical)
@@ -465,7 +386,7 @@ class Search:
             return max(1, min(self.plan.steps, LOSS_CHECK_STEPS - self.plan.warmup_steps))
         return max(min(self.plan.steps, FIRST_STEPS_MIN), self.plan.steps // 2)
 
-    def _run(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
+    def run_trial(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
              early_stop: bool = True, timeout: float | None = None) -> TrialResult:
         plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
                          trial_timeout_s=timeout or self.plan.trial_timeout_s,
@@ -504,20 +425,20 @@ class Search:
         expected = proposal.mean - SURPRISE_SDS * max(proposal.sd, 0.01) - 0.05
         if measured >= expected or proposal.mean < math.log(top.tokens_per_s):
             return result  # as expected, or not expected to beat the best anyway
-        if self._repeat_s(result) > SURPRISE_SHARE * self._time_left():
+        if self.leaders.repeat_s(result) > SURPRISE_SHARE * self.time_left():
             return result
         began = self.elapsed()
         self._begin(proposal.config, "measured far below its prediction: once more")
         try:
-            again = self._run(proposal.config, self.refs.for_config(proposal.config),
+            again = self.run_trial(proposal.config, self.refs.for_config(proposal.config),
                               self._steps_for(proposal.config),
-                              timeout=self._timeout(self._repeat_s(result)))
+                              timeout=self.timeout(self.leaders.repeat_s(result)))
         except Exception as exc:
-            again = _error_row(proposal.config, exc)
-        self._end(summary(again))
+            again = error_row(proposal.config, exc)
+        self.end_line(summary(again))
         self.timeline.append(Event(len(self.timeline) + 1, "confirm", again.label, again.status,
                                    "ran", "measured far below its prediction: once more", began,
-                                   self.elapsed(), again.tokens_per_s, *self._best_now()))
+                                   self.elapsed(), again.tokens_per_s, *self.best_now()))
         if again.status in ("ok", "stopped") and (again.tokens_per_s or 0) > result.tokens_per_s:
             again = replace(again, memory_estimate=result.memory_estimate)
             self.history.add(proposal.config, again)
@@ -536,7 +457,7 @@ class Search:
 
     def _check_later(self, config: TuneConfig, result: TrialResult) -> TrialResult:
         """The best's loss checked after it ran, where it ran without the reference's."""
-        left = self._time_left() if self.plan.budget_s else float("inf")
+        left = self.time_left() if self.plan.budget_s else float("inf")
         checked = self.refs.check_later(config, result, left, self.times.reference_s)
         if checked is None:
             return result
@@ -549,7 +470,7 @@ class Search:
         """The best by first measurement, unless the last re-measurement of it named another."""
         eligible = self.history.eligible() if self.history is not None else []
         top = best(eligible)
-        for verdict in reversed(self.verdicts):
+        for verdict in reversed(self.leaders.verdicts):
             originals = [c.original for c in verdict.candidates]
             if top is not None and any(o is top for o in originals):
                 return (verdict.winner or top), verdict
@@ -562,7 +483,7 @@ class Search:
         ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
         ranked += [r for r in results if not any(r is x for x in ranked)]
         top, verdict = self._recommendation()
-        if self.plan.budget_s and not self.interrupted and self._time_left() <= 0:
+        if self.plan.budget_s and not self.interrupted and self.time_left() <= 0:
             self.out_of_time = True
         outcome = SearchOutcome(
             results=results, ranked=ranked, eligible=len(eligible),
@@ -575,7 +496,7 @@ class Search:
             out_of_time=self.out_of_time, interrupted=self.interrupted, error=self.error,
             elapsed_s=self.elapsed(), compared=list(self.compared), steps=self.plan.steps,
             warmup_steps=self.plan.warmup_steps, remeasured=verdict,
-            remeasure_note="; ".join(n for n in (self.remeasure_note, getattr(
+            remeasure_note="; ".join(n for n in (self.leaders.note, getattr(
                 getattr(self, "refs", None), "unchecked_note", "")) if n),
             timeline=[e.to_dict() for e in self.timeline],
         )
@@ -584,11 +505,6 @@ class Search:
         except Exception as exc:  # the report must be written whatever the explanation does
             outcome.reason = f"(the reason could not be put in words: {type(exc).__name__})"
         return outcome
-
-
-def _error_row(config: TuneConfig, exc: BaseException) -> TrialResult:
-    return TrialResult(config=config.to_dict(), label=config.label(), status="error",
-                       message=f"the search could not run it: {type(exc).__name__}: {exc}")
 
 
 def _compile_note(result: TrialResult) -> str:

@@ -75,3 +75,9 @@ class WorkerExecutor:
 
     def close(self) -> None:
         self._next.close()
+
+
+def error_row(config: TuneConfig, exc: BaseException) -> TrialResult:
+    """The row of a configuration the search could not run (an error of the search itself)."""
+    return TrialResult(config=config.to_dict(), label=config.label(), status="error",
+                       message=f"the search could not run it: {type(exc).__name__}: {exc}")

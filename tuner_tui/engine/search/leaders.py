@@ -1,0 +1,113 @@
+"""The leaders' interleaved re-measure within a search: when it is due, what one more run of a
+leader takes (a warm compile and the repeat's steps), and its rounds run in the time left, each
+only where it still fits. Who leads and what the runs say are `engine/remeasure.py`'s; this
+module plans and runs them for the search driver. Torch-free."""
+
+from __future__ import annotations
+
+from tuner_tui import format as fmt
+from tuner_tui.engine import remeasure
+from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.search.executor import error_row
+from tuner_tui.engine.search.plan import Event
+from tuner_tui.engine.table import summary
+from strategies.config import TuneConfig
+
+REMEASURED_LEADERS = 2
+"""The leaders re-measured: the best and the closest one behind it."""
+WARM_COMPILE = 0.4
+"""A re-measured configuration compiles again from the Inductor cache: about this share of its
+first compile. On the H200 (the re-measures of benchmarks/results/h200-2026-12-0[23]/search-*,
+start and steps taken off their walls) 0.1 to 0.6, median about 0.35: ResNet-50 0.1, GPT-2
+0.3, the 1.3B Llamas with float8 and CUDA graphs 0.4 to 0.6. At 0.2, a re-measure planned to
+fit in 89 s took 147 s."""
+
+
+class LeaderRemeasure:
+    """The re-measures of one search (`search`: the driver, whose history, clock, trial runner
+    and time line they use), their verdicts, and the note where none could run."""
+
+    def __init__(self, search) -> None:
+        self.search = search
+        self.verdicts: list[remeasure.Verdict] = []
+        self.done: list[frozenset[str]] = []
+        """The sets of leaders already re-measured (a new leader makes a new set)."""
+        self.note = ""
+
+    def repeat_s(self, r: TrialResult) -> float:
+        """One more run of a measured configuration, compiled again from the cache."""
+        s = self.search
+        first = (r.compile_s or 0.0) * (WARM_COMPILE if r.tune_config.compile_mode != "off" else 1)
+        steps = s.plan.warmup_steps + remeasure.repeat_steps(s.plan.steps)
+        return s.times.start_s() + first + steps * (r.step_ms or 0.0) / 1e3
+
+    def leaders(self) -> list[TrialResult]:
+        return remeasure.leaders(self.search.history.eligible(), limit=REMEASURED_LEADERS)
+
+    def due(self) -> bool:
+        if self.search.plan.remeasure_repeats < 1:
+            return False
+        leading = self.leaders()
+        return len(leading) >= 2 and frozenset(r.label for r in leading) not in self.done
+
+    def plan(self, left: float) -> tuple[list[TrialResult], int, float] | None:
+        return remeasure.fitting(self.leaders(), self.search.plan.remeasure_repeats,
+                                 self.repeat_s, left)
+
+    def reserve_s(self, left: float) -> float:
+        """What the re-measure still due will take out of the `left` seconds (0 if none)."""
+        found = self.plan(left) if self.due() else None
+        return found[2] if found else 0.0
+
+    def run(self) -> bool:
+        """Re-measure the leaders, as many rounds as fit in the time left; False where not even
+        one fits (then the first measurements decide, and the report says so)."""
+        s = self.search
+        leading = self.leaders()
+        self.done.append(frozenset(r.label for r in leading))
+        left = s.time_left()
+        plan = self.plan(left)
+        if plan is None:
+            needed = sum(self.repeat_s(r) for r in leading)
+            self.note = (
+                f"time budget: the leaders were not re-measured ({fmt.clock(max(0.0, left))} "
+                f"left, about {fmt.clock(needed)} needed); the first measurements decide")
+            s.say(self.note)
+            return False
+        leading, repeats, cost = plan
+        third = cost + cost / repeats <= left
+        steps = remeasure.repeat_steps(s.plan.steps)
+        walls: dict[str, float] = {}  # each leader's last repeat, in seconds
+
+        def round_fits() -> bool:
+            """The next round fits in the time left, as long as the last one took (a warm
+            compile took 0.1 to 0.6 of the cold one on the H200: the plan can be short)."""
+            return sum(walls.get(r.tune_config.label(), self.repeat_s(r))
+                       for r in leading) <= s.time_left()
+
+        def run(config: TuneConfig, index: int, total: int) -> TrialResult:
+            began = s.elapsed()
+            s.progress.begin(index, total, config.label(skip=s.skip),
+                             "re-measuring the leaders, interleaved")
+            try:
+                original = s.history.get(config)
+                expected = self.repeat_s(original) if original is not None else 0.0
+                result = s.run_trial(config, (), steps, early_stop=False,
+                                     timeout=s.timeout(expected))
+            except Exception as exc:
+                result = error_row(config, exc)
+            s.end_line(summary(result))
+            walls[config.label()] = s.elapsed() - began
+            s.timeline.append(Event(len(s.timeline) + 1, "remeasure", result.label,
+                                    result.status, "ran", "re-measuring the leaders", began,
+                                    s.elapsed(), result.tokens_per_s, *s.best_now()))
+            return result
+
+        verdict = remeasure.remeasure(leading, run, repeats, third=third, round_fits=round_fits)
+        if verdict is not None:
+            self.verdicts.append(verdict)
+            s.say(verdict.text())
+        return True
+
+
+__all__ = ["LeaderRemeasure", "REMEASURED_LEADERS", "WARM_COMPILE"]
