@@ -606,3 +606,36 @@ def test_a_lost_loss_is_blamed_on_the_numerics_not_on_the_compiler_beside_them()
     # A crash is still shared among every risky value.
     priors.observe(config, _row(status="crash", precision="fp16"))
     assert priors.failures.get(("compile_mode", "default"), 0) > 0
+
+
+def test_the_expert_fits_a_budget_with_the_levers_that_cost_least_in_all():
+    """Two cheap levers (bf16 optimizer state, -1%; a micro-batch half the size, -5%) beat those
+    that close the gap alone (full checkpointing, -17%, which frees the most memory per speed
+    lost and was chosen before; every other block, -8%)."""
+    from tuner_tui.engine.search import default_space
+    from tuner_tui.engine.search.expert import fit
+
+    gpu = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, fp8=True)
+    space = default_space(gpu, 8)
+
+    class Memory:  # GiB freed per lever, as a memory model would estimate them
+        @staticmethod
+        def bytes(config):
+            gib = 100.0
+            gib -= {"fp32": 0, "bf16": 10, "8bit": 12, "offload": 20}[config.optimizer_state]
+            gib -= {"off": 0, "selective": 2, "every-n": 20, "full": 60}[config.checkpointing]
+            micro = config.micro_batch_size or 8
+            gib -= {8: 0, 4: 14, 2: 20, 1: 23}[micro]
+            return int(gib * 2**30)
+
+    start = TuneConfig.from_dict({"precision": "bf16", "weights": "bf16", "attention": "sdpa",
+                                  "compile_mode": "default"})
+    got = fit(space, Context("cuda", large=True, default_batch=8), Memory(), start,
+              budget=int(85 * 2**30), share=1.0)
+    assert Memory.bytes(got) <= 85 * 2**30
+    assert got.checkpointing == "off" and got.optimizer_state == "bf16"
+    assert got.micro_batch_size == 4
+    # Where no set of levers fits, the one that frees the most.
+    lean = fit(space, Context("cuda", large=True, default_batch=8), Memory(), start,
+               budget=int(1 * 2**30), share=1.0)
+    assert Memory.bytes(lean) < Memory.bytes(start)

@@ -8,6 +8,8 @@ searched). From it on, the search holds a recommendation at least this good. Tor
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 from typing import Iterator
 
 from strategies.config import ConfigError, TuneConfig
@@ -18,6 +20,12 @@ from tuner_tui.engine.search.space import SearchSpace
 
 FIT_SHARE = 0.9
 """The recipe is made to fit in this share of the budget (the estimate may miss by a little)."""
+FIT_LEVERS = 4
+"""At most this many memory levers are added to fit."""
+FIT_NODES = 400
+"""... and at most this many configurations are estimated on the way."""
+MIN_LOSS = 0.005
+"""A lever expected to cost nothing (or to pay) still counts this much: fewer changes first."""
 GROW_SHARE = 0.7
 """The batch is doubled while the estimate stays within this share of the budget ..."""
 GROW_DOUBLINGS = 2
@@ -92,27 +100,41 @@ def memory_moves(space: SearchSpace, config: TuneConfig) -> Iterator[tuple[str, 
 
 def fit(space: SearchSpace, ctx: Context, footprint: Footprint, config: TuneConfig,
         budget: int, share: float = FIT_SHARE) -> TuneConfig:
-    """`config` with memory levers added, the most memory freed per speed lost first, until its
-    estimate is within `share` of the budget (or nothing frees more)."""
-    for _ in range(12):
-        peak = footprint.bytes(config)
-        if peak is None or peak <= budget * share:
-            return config
-        best, best_value = None, 0.0
-        for key, child in memory_moves(space, config):
-            after = footprint.bytes(child)
-            if after is None or after >= peak:
+    """`config` with the memory levers that bring its estimate within `share` of the budget for
+    the least speed lost in all (their prior losses summed): a uniform-cost search over sets of
+    up to FIT_LEVERS levers, so that bf16 optimizer state and one smaller micro-batch (-6%) win
+    over full checkpointing (-17%) that closes the gap alone. Where no set fits, the set that
+    frees the most."""
+    peak = footprint.bytes(config)
+    if peak is None or peak <= budget * share:
+        return config
+    frontier = [(0.0, 0, config)]
+    seen = {config}
+    leanest, leanest_peak = config, peak
+    order = itertools.count(1)  # ties in loss: the first reached first
+    while frontier and len(seen) < FIT_NODES:
+        lost, _, at = heapq.heappop(frontier)
+        at_peak = footprint.bytes(at)
+        if at_peak is not None and at_peak <= budget * share:
+            return at
+        if at_peak is not None and at_peak < leanest_peak:
+            leanest, leanest_peak = at, at_peak
+        if _levers(config, at) >= FIT_LEVERS:
+            continue
+        for key, child in memory_moves(space, at):
+            if child in seen:
                 continue
-            loss = max(0.005, -move_prior(key, config, child, ctx).mean)
-            value = (peak - after) / loss
-            if after <= budget * share:
-                value *= 4  # one lever that closes the gap beats two that each half close it
-            if value > best_value:
-                best, best_value = child, value
-        if best is None:
-            return config
-        config = best
-    return config
+            seen.add(child)
+            after = footprint.bytes(child)
+            if after is None or at_peak is None or after >= at_peak:
+                continue
+            loss = max(MIN_LOSS, -move_prior(key, at, child, ctx).mean)
+            heapq.heappush(frontier, (lost + loss, next(order), child))
+    return leanest
+
+
+def _levers(start: TuneConfig, config: TuneConfig) -> int:
+    return sum(1 for key, value in start.values if config[key] != value)
 
 
 def grow(space: SearchSpace, footprint: Footprint, config: TuneConfig, budget: int) -> TuneConfig:
