@@ -5,13 +5,13 @@ module plans and runs them for the search driver. Torch-free."""
 
 from __future__ import annotations
 
+from strategies.config import TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.executor import error_row
 from tuner_tui.engine.search.plan import Event
 from tuner_tui.engine.table import summary
-from strategies.config import TuneConfig
 
 REMEASURED_LEADERS = 2
 """The leaders re-measured: the best and the closest one behind it."""
