@@ -202,6 +202,7 @@ def run_bench(
     # A configuration listed twice is a repeat the user asked for: measured again, not taken
     # from the row this run has just stored.
     measured_here: set[str] = set()
+    shutdown_s = 5.0  # how long the last worker is asked to shut down before it is terminated
     try:
         for index, config in enumerate(configs, start=1):
             key = reference_key(config, default_batch)
@@ -256,10 +257,10 @@ def run_bench(
     except KeyboardInterrupt:
         # A worker in a trial reads no Shutdown until the trial ends: asked for a second, not
         # five, then terminated (the whole stop has STOP_WATCHDOG_S).
-        client.stop(timeout=1.0)
+        shutdown_s = 1.0
         raise Interrupted(results, ready.environment, workload) from None
     finally:
-        client.stop()
+        client.stop(timeout=shutdown_s)
         next_worker.close()
     return results, ready.environment, workload
 
