@@ -12,14 +12,15 @@
 #   hf24      the same at --max-memory 24GiB                                          ~8.5 min
 #   llama16   the built-in llama-1b, 4 samples, --max-memory 16GiB; hand: bf16 weights +
 #             Liger-Kernel's modules + fused AdamW (whole batch, micro-batches 2, 1)  ~8.5 min
+#   llama24   the same at --max-memory 24GiB                                          ~8.5 min
 #   vision    torchvision's ResNet-50 (a model the search was never tuned on), default
 #             flags; hand: bf16 + compile + fused AdamW                              ~7 min
 # MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
 # its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
 set -uo pipefail
 section=${1:-}; minutes=${2:-5}
-case "$section" in gpt2|hf16|hf24|llama16|vision) ;; *)
-  echo "usage: bash benchmarks/gpu_search.sh gpt2|hf16|hf24|llama16|vision [MINUTES]" >&2; exit 2 ;; esac
+case "$section" in gpt2|hf16|hf24|llama16|llama24|vision) ;; *)
+  echo "usage: bash benchmarks/gpu_search.sh gpt2|hf16|hf24|llama16|llama24|vision [MINUTES]" >&2; exit 2 ;; esac
 . benchmarks/gpu_env.sh
 export GPUTUNE_HOME=/tmp/gputune-home-$section NCCL_NVLS_ENABLE=0
 rm -rf "$GPUTUNE_HOME"
@@ -56,14 +57,14 @@ case "$section" in
         --json "$OUT/hand-$section-micro$micro.json" >> "$OUT/hand-$section.log" 2>&1
     done
     grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
-  llama16)
-    tune llama16 llama-1b --set batch_size=4 --max-memory 16GiB
+  llama16|llama24)
+    tune "$section" llama-1b --set batch_size=4 --max-memory "${section#llama}GiB"
     for run in a b micro2 micro1; do  # micro*: accumulating where the whole batch does not fit
       python3 benchmarks/hand_recipe.py --workload llama-1b --batch-size 4 \
         $([ "${run#micro}" != "$run" ] && echo --micro-batch "${run#micro}") \
-        --json "$OUT/hand-llama16-$run.json" >> "$OUT/hand-llama16.log" 2>&1
+        --json "$OUT/hand-$section-$run.json" >> "$OUT/hand-$section.log" 2>&1
     done
-    grep -iE "tokens/s|peak" "$OUT/hand-llama16.log" | tail -8 ;;
+    grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
   vision)
     tune vision torchvision:resnet50
     gputune bench --workload torchvision:resnet50 --device cuda --fresh --remeasure 0 \
