@@ -57,10 +57,15 @@ def start_worker(spec: WorkerSpec,
                  timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
     timeout = start_timeout_s() if timeout is None else timeout
     client = WorkerClient(spec)
-    client.start()
-    event = client.wait_event(timeout)
-    while event is not None and not isinstance(event, (protocol.WorkerReady, protocol.RunFailed)):
+    try:
+        client.start()
         event = client.wait_event(timeout)
+        while event is not None and not isinstance(event, (protocol.WorkerReady,
+                                                           protocol.RunFailed)):
+            event = client.wait_event(timeout)
+    except BaseException:  # interrupted while it starts: ended here, not left to the exit
+        client.end_now()
+        raise
     if isinstance(event, protocol.WorkerReady):
         return client, event
     hung = client.is_alive()
@@ -99,6 +104,10 @@ class NextWorker:
         except Exception:  # no head start then: `take` starts one the usual way and says why
             current.release_measurement()
             return
+        except BaseException:  # interrupted as it spawned: ended here, not left to the exit
+            client.end_now()
+            current.release_measurement()
+            raise
         self._client, self._ready = client, None
 
         def watch() -> None:
