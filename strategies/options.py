@@ -76,6 +76,11 @@ class SearchFacts:
     """Options whose best value depends on this one's (under compile the fused kernels
     Inductor fuses itself are left to it, so kernels pay differently in eager): the search also
     tries moving both at once."""
+    in_graph: bool = True
+    """Part of what torch.compile compiles (the model's forward and backward). A trial that
+    differs from one compiled before only in options outside it (the optimizer, its state,
+    clipping; the batch where the micro-batch the graph sees stays) compiles from the Inductor
+    cache, in a fraction of the time (`search.timing`)."""
     addresses: tuple[str, ...] = ()
     """The profile's bottlenecks (host, memory, compute, communication) this option can relieve:
     with `--profile`, a candidate changing it is weighed up where the incumbent's profile says so."""

@@ -639,3 +639,89 @@ def test_the_expert_fits_a_budget_with_the_levers_that_cost_least_in_all():
     lean = fit(space, Context("cuda", large=True, default_batch=8), Memory(), start,
                budget=int(1 * 2**30), share=1.0)
     assert Memory.bytes(lean) < Memory.bytes(start)
+
+
+def test_a_move_that_keeps_the_compiled_graph_is_told_apart_from_a_new_graph():
+    """Another AdamW, its state, clipping and more micro-batches accumulated leave torch.compile's
+    graph as it was (on the H200 they compiled from the cache in 0.11-0.14 of the cold time); a
+    new micro-batch or a precision does not. A compile from the cache stays out of the cold
+    compiles' median and teaches the share the leaders' re-measure is planned with."""
+    from tuner_tui.engine.search.timing import WARM_COMPILE, TrialTimes, graph_key
+
+    base = TuneConfig.from_dict({"precision": "bf16", "compile_mode": "default",
+                                 "batch_size": 16})
+    same = [base.replace(optimizer="foreach"), base.replace(grad_clip=0.0),
+            base.replace(optimizer_state="bf16"),
+            base.replace(batch_size=32, micro_batch_size=16)]
+    other = [base.replace(batch_size=32), base.replace(precision="fp16"),
+             base.replace(compile_mode="reduce-overhead"),
+             base.replace(batch_size=32, micro_batch_size=8)]
+    assert all(graph_key(c) == graph_key(base) for c in same)
+    assert all(graph_key(c) != graph_key(base) for c in other)
+    assert graph_key(base.replace(batch_size=0), default_batch=16) == graph_key(base)
+
+    times = TrialTimes("cuda", steps=20, warmup_steps=5, default_batch=16)
+    def ran(config, compile_s):
+        times.observe(config, TrialResult(config=config.to_dict(), label=config.label(),
+                                          status="ok", compile_s=compile_s, step_ms=30.0,
+                                          measured_steps=20, warmup_s=0.1), compile_s + 8.0)
+    ran(base, 28.0)
+    assert times.warm_compile_s(base, 28.0) == pytest.approx(28.0 * WARM_COMPILE)
+    ran(same[0], 3.5)  # from the cache
+    ran(same[3], 3.0)
+    assert times.compiles == {"model": [28.0]}
+    assert times.warm_share() == pytest.approx(3.25 / 28.0)
+    # A leader that itself compiled from the cache is planned from its graph's cold compile.
+    assert times.warm_compile_s(same[3], 3.0) == pytest.approx(28.0 * 3.25 / 28.0)
+    ran(other[0], 23.0)  # a new shape: cold
+    assert times.compiles == {"model": [28.0, 23.0]}
+
+
+def test_more_micro_batches_accumulated_are_expected_to_pay_little_and_learn_apart():
+    """A larger batch at the same micro-batch runs the same kernels more often (GPT-2 on the
+    H200: -0.2%); a larger micro-batch runs larger ones (+7% from 16 to 32). Each is predicted by
+    its own prior and sharpened only by pairs of its own kind."""
+    from tuner_tui.engine.search.priors import Priors, batch_prior
+
+    ctx = Context("cuda", large=False, default_batch=16)
+    base = TuneConfig.from_dict({"precision": "bf16", "compile_mode": "default",
+                                 "batch_size": 16})
+    whole = base.replace(batch_size=32)
+    accumulated = base.replace(batch_size=32, micro_batch_size=16)
+    assert batch_prior(base, whole, ctx).mean >= 0.03
+    small = batch_prior(base, accumulated, ctx)
+    assert abs(small.mean) < 0.01 and small.sd < 0.02
+    # Whole-batch doubling then micro-batch halving, one move: the accumulation's prior.
+    assert batch_prior(whole, accumulated, ctx).mean < 0
+    priors = Priors(ctx, canonical=lambda c: c)
+    priors.add_pair(base, _row(100e3), whole, _row(120e3))  # +18% for larger kernels
+    got = priors.move("batch_size", accumulated, accumulated.replace(batch_size=64))
+    assert abs(got.mean) < 0.01  # says nothing about accumulating more
+    assert priors.move("batch_size", whole, whole.replace(batch_size=64)).mean > 0.06  # prior 0.04
+
+
+@pytest.mark.parametrize("check_s", [0.0, 60.0])
+def test_a_new_numerics_class_runs_only_where_its_loss_check_fits_in_the_time_left(check_s):
+    """A trial whose win could not be checked in the time left would be recommended on trust:
+    where its numerics class (fp16, float8) has kept the loss nowhere in this search, the check
+    must fit; in a class already checked (bf16), it need not."""
+    from strategies.registry import numerics_class
+
+    space = default_space(GPU, 16, fixed={"batch_size": 16, "compile_mode": "off"})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16),
+                             time_available=lambda: 50.0,
+                             reference_check_s=lambda c: check_s)
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    classes = []
+    for _ in range(25):
+        proposal = strategy.next(history)
+        if proposal is None:
+            break
+        classes.append(numerics_class(dict(proposal.config.values)))
+        history.add(proposal.config, _measured(proposal.config, 400e3))
+    assert "bf16" in classes
+    if check_s:
+        assert set(classes) <= {"fp32", "tf32", "bf16"}
+    else:
+        assert {"fp16", "fp8"} & set(classes)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from strategies.config import TuneConfig
-from strategies.registry import OPTIONS
+from strategies.registry import OPTIONS, numerics_class
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.search.expert import expert_recipe, memory_moves, variant
@@ -351,8 +351,13 @@ class AnytimeSearch(SearchStrategy):
         """The parent's throughput moved key by key (each move from where the last left it)."""
         total = Estimate(parent.mean, parent.sd)
         at = parent.config
+        if "batch_size" in keys and "micro_batch_size" in keys:  # one move: the batch prior
+            keys = tuple(k for k in keys if k != "micro_batch_size")  # weighs both at once
         for i, key in enumerate(keys):
-            nxt = child if i == len(keys) - 1 else variant(self.space, at, **{key: child[key]})
+            changes = {key: child[key]}
+            if key == "batch_size":
+                changes["micro_batch_size"] = child.micro_batch_size
+            nxt = child if i == len(keys) - 1 else variant(self.space, at, **changes)
             if nxt is None:
                 nxt = child
             total = total.plus(self.priors.move(key, at, nxt))
@@ -390,6 +395,7 @@ class AnytimeSearch(SearchStrategy):
         best_log = math.log(incumbent.tokens_per_s) if incumbent is not None else None
         bottleneck = (incumbent.profile or {}).get("bottleneck") if incumbent is not None else None
         available = self.time_available()
+        verified = {numerics_class(dict(r.tune_config.values)) for r in history.all() if r.loss_ok}
         seen: set[str] = set()
         pool: list[tuple[float, Proposal]] = []
         for parent in self._parents(history):
@@ -402,11 +408,17 @@ class AnytimeSearch(SearchStrategy):
                 guess = self._predict(parent, child, keys)
                 step = self._step_s(parent, child, guess.mean - parent.mean)
                 seconds = self._trial_s(child, step, history)
-                if best_log is not None:  # its loss is checked after it ran, if it wins
-                    seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * \
-                        self.reference_check_s(child)
-                if available is not None and seconds > available:
+                check_s = self.reference_check_s(child) if best_log is not None else 0.0
+                # Its loss is checked after it ran, if it wins: charged as likely as the win.
+                # Where its numerics class (fp16, float8) has not kept the loss anywhere in this
+                # search yet, a win whose check finds no time left would be recommended on
+                # trust: the check must fit.
+                if available is not None and (seconds > available or (
+                        check_s and seconds + check_s > available
+                        and numerics_class(dict(child.values)) not in verified)):
                     continue
+                if check_s:
+                    seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * check_s
                 gain = (expected_improvement(guess.mean, guess.sd, best_log)
                         if best_log is not None else math.exp(guess.mean - 20))
                 gain *= self.priors.chance_it_works(child)

@@ -176,7 +176,8 @@ class Search:
             fits_device=lambda config: self._may_fit(config, device))
         ctx = Context(self.caps.device, False, self.default_batch)
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
-        self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps)
+        self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps,
+                                default_batch=self.default_batch)
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
             budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,

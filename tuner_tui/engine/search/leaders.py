@@ -15,12 +15,6 @@ from tuner_tui.engine.table import summary
 
 REMEASURED_LEADERS = 2
 """The leaders re-measured: the best and the closest one behind it."""
-WARM_COMPILE = 0.4
-"""A re-measured configuration compiles again from the Inductor cache: about this share of its
-first compile. On the H200 (the re-measures of benchmarks/results/h200-2026-12-0[23]/search-*,
-start and steps taken off their walls) 0.1 to 0.6, median about 0.35: ResNet-50 0.1, GPT-2
-0.3, the 1.3B Llamas with float8 and CUDA graphs 0.4 to 0.6. At 0.2, a re-measure planned to
-fit in 89 s took 147 s."""
 
 
 class LeaderRemeasure:
@@ -37,7 +31,9 @@ class LeaderRemeasure:
     def repeat_s(self, r: TrialResult) -> float:
         """One more run of a measured configuration, compiled again from the cache."""
         s = self.search
-        first = (r.compile_s or 0.0) * (WARM_COMPILE if r.tune_config.compile_mode != "off" else 1)
+        first = r.compile_s or 0.0
+        if r.tune_config.compile_mode != "off":
+            first = s.times.warm_compile_s(r.tune_config, first)
         steps = s.plan.warmup_steps + remeasure.repeat_steps(s.plan.steps)
         return s.times.start_s() + first + steps * (r.step_ms or 0.0) / 1e3
 
@@ -110,4 +106,4 @@ class LeaderRemeasure:
         return True
 
 
-__all__ = ["LeaderRemeasure", "REMEASURED_LEADERS", "WARM_COMPILE"]
+__all__ = ["LeaderRemeasure", "REMEASURED_LEADERS"]

@@ -110,14 +110,8 @@ def move_prior(key: str, parent: TuneConfig, child: TuneConfig, ctx: Context) ->
     compiled = child.compile_mode != "off"
     if OPTIONS[key].search.lever == "training":
         return Estimate(0.0, TRAINING_SD)
-    if key == "batch_size":
-        doublings = math.log2(_batch(child, ctx) / _batch(parent, ctx))
-        m, s = OPTIONS[key].search.prior["x2"].pick(ctx.device, compiled, ctx.large)
-        return Estimate(m * doublings, s * abs(doublings))
-    if key == "micro_batch_size":
-        halvings = math.log2(_micro(parent, ctx) / _micro(child, ctx))
-        m, s = OPTIONS[key].search.prior["/2"].pick(ctx.device, compiled, ctx.large)
-        return Estimate(m * halvings, s * abs(halvings))
+    if key in ("batch_size", "micro_batch_size"):
+        return batch_prior(parent, child, ctx)
     if key == "fused_kernels":
         before, after = set(parent.effective_kernels()), set(child.effective_kernels())
         m_add, v_add = _kernels_prior(after - before, ctx, compiled)
@@ -128,6 +122,29 @@ def move_prior(key: str, parent: TuneConfig, child: TuneConfig, ctx: Context) ->
     # Values of one option share most of their doubt (bf16 and fp16 are both half precision):
     # between two values the deviation is what one has beyond the other.
     return Estimate(m_to - m_from, math.sqrt(abs(s_to ** 2 - s_from ** 2) + 0.03 ** 2))
+
+
+def batch_doublings(parent: TuneConfig, child: TuneConfig, ctx: Context) -> tuple[float, float]:
+    """(doublings of the micro-batch each forward and backward sees, doublings of the
+    micro-batches accumulated per optimizer step) from parent to child."""
+    shape = math.log2(_micro(child, ctx) / _micro(parent, ctx))
+    return shape, math.log2(_batch(child, ctx) / _batch(parent, ctx)) - shape
+
+
+def batch_prior(parent: TuneConfig, child: TuneConfig, ctx: Context) -> Estimate:
+    """A change of the batch, the micro-batch or both, by what each forward sees and what is
+    accumulated: a larger micro-batch takes the batch's prior per doubling (larger kernels), a
+    smaller one the micro-batch's per halving; more micro-batches accumulated, the same kernels
+    run more often, take their own (only the optimizer step is shared by more samples)."""
+    compiled = child.compile_mode != "off"
+    shape, accumulated = batch_doublings(parent, child, ctx)
+    if shape >= 0:
+        m, s = OPTIONS["batch_size"].search.prior["x2"].pick(ctx.device, compiled, ctx.large)
+    else:
+        m, s = OPTIONS["micro_batch_size"].search.prior["/2"].pick(ctx.device, compiled, ctx.large)
+    am, asd = OPTIONS["batch_size"].search.prior["x2 accumulated"].pick(
+        ctx.device, compiled, ctx.large)
+    return Estimate(m * abs(shape) + am * accumulated, math.hypot(s * shape, asd * accumulated))
 
 
 def move_of(before: TuneConfig, after: TuneConfig, canonical) -> str | None:
@@ -207,37 +224,46 @@ class Priors:
         prior = move_prior(key, parent, child, self.ctx)
         precision = 1 / prior.sd ** 2
         weighted = prior.mean * precision
+        batch = key in ("batch_size", "micro_batch_size")
         want_from, want_to = _plain(parent[key]), _plain(child[key])
-        for pair in self.pairs.get(key, ()):
-            got_from, got_to = _plain(pair.before[key]), _plain(pair.after[key])
-            if (got_from, got_to) == (want_from, want_to):
-                ratio = pair.log_ratio
-            elif (got_from, got_to) == (want_to, want_from):
-                ratio = -pair.log_ratio
-            elif key in ("batch_size", "micro_batch_size"):
-                ratio = self._scaled(key, pair, parent, child)
+        for pair in (self._batch_pairs() if batch else self.pairs.get(key, ())):
+            if batch:
+                ratio = self._scaled(pair, parent, child)
                 if ratio is None:
                     continue
             else:
-                continue
+                got_from, got_to = _plain(pair.before[key]), _plain(pair.after[key])
+                if (got_from, got_to) == (want_from, want_to):
+                    ratio = pair.log_ratio
+                elif (got_from, got_to) == (want_to, want_from):
+                    ratio = -pair.log_ratio
+                else:
+                    continue
             sd = SEARCH_SD + CONTEXT_SD * distance(pair.before, parent) + pair.extra_sd
-            if key in ("batch_size", "micro_batch_size"):
-                # A doubling pays less the larger the batch already is: a pair measured far
-                # from this batch says little about this doubling.
-                size = _batch if key == "batch_size" else _micro
-                sd += CONTEXT_SD * abs(math.log2(size(pair.before, self.ctx) / size(parent, self.ctx)))
+            if batch:
+                # A doubling pays less the larger the micro-batch already is: a pair measured
+                # far from this one says little about this doubling.
+                sd += CONTEXT_SD * abs(math.log2(_micro(pair.before, self.ctx)
+                                                 / _micro(parent, self.ctx)))
             weighted += ratio / sd ** 2
             precision += 1 / sd ** 2
         return Estimate(weighted / precision, math.sqrt(1 / precision))
 
-    def _scaled(self, key: str, pair: Pair, parent: TuneConfig, child: TuneConfig) -> float | None:
-        """A batch or micro-batch pair of another size, per doubling, applied to this move."""
-        size = _batch if key == "batch_size" else _micro
-        measured = math.log2(size(pair.after, self.ctx) / size(pair.before, self.ctx))
-        wanted = math.log2(size(child, self.ctx) / size(parent, self.ctx))
-        if measured == 0 or wanted == 0 or (measured > 0) != (wanted > 0):
+    def _batch_pairs(self) -> list[Pair]:
+        return self.pairs.get("batch_size", []) + self.pairs.get("micro_batch_size", [])
+
+    def _scaled(self, pair: Pair, parent: TuneConfig, child: TuneConfig) -> float | None:
+        """A batch or micro-batch pair applied to this move, per doubling, where it is the same
+        kind of change: the micro-batch grown, or shrunk, with any accumulation (what it
+        measured is the kernels' size), or only more (or fewer) micro-batches accumulated."""
+        measured = batch_doublings(pair.before, pair.after, self.ctx)
+        wanted = batch_doublings(parent, child, self.ctx)
+        at = 0 if wanted[0] else 1  # the shape's doublings where it changes, else accumulation's
+        if measured[0] and not wanted[0] or wanted[0] and not measured[0]:
             return None
-        return pair.log_ratio / measured * wanted
+        if measured[at] == 0 or wanted[at] == 0 or (measured[at] > 0) != (wanted[at] > 0):
+            return None
+        return pair.log_ratio / measured[at] * wanted[at]
 
     def chance_it_works(self, config: TuneConfig) -> float:
         """How likely the configuration runs and keeps the numerics: the product over its values

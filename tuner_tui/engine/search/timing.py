@@ -6,20 +6,43 @@ warm-up and the measured steps, and, where no fp32 reference has run at its batc
 reference's own short run. Each part is learned from the trials of this search as they end
 (medians, so one slow start or a cold cache does not set the rate), from the model's size
 before any has. One-time costs (the C++ nodes' build, a cold Inductor cache) land in a single
-trial's figures and do not move a median. Torch-free.
+trial's figures and do not move a median. A compile from the Inductor cache (of a graph an
+earlier trial compiled: `graph_key`) is kept out of the cold compiles' medians and counted as
+a share of its graph's first compile; the leaders' re-measure is planned with that share. A
+move is still charged a cold compile: ranked by the warm time, cheap moves of small gain
+(another AdamW, more micro-batches accumulated) went first, and over 1000 simulated searches
+the answer at five minutes was no better (+0.08% +- 0.05, paired). Torch-free.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field
 
 from strategies.config import TuneConfig
+from strategies.registry import OUTSIDE_GRAPH_KEYS
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 
 START_S = {"cuda": 6.0, "cpu": 3.0}
 """A worker's start, build and teardown that the next worker's head start does not hide."""
+WARM_COMPILE = 0.4
+"""A graph compiled before compiles again from the Inductor cache in about this share of its
+first compile, until this search has measured its own share. On the H200, GPT-2 124M (bf16,
+SDPA, compile; benchmarks/results/h200-2026-12-03/graph-cache): 28.3 s cold, then 3.0-4.0 s
+(0.11-0.14) for another AdamW, no clipping, batch 32 accumulated from micro-batches of 16, and
+the first configuration again; batch 32 whole, a new shape, 23.3 s. The re-measures of the
+1.3B Llamas with float8 and CUDA graphs (search-*, start and steps taken off their walls):
+0.4 to 0.6. At 0.2, a re-measure planned to fit in 89 s took 147 s."""
+
+
+def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
+    """What torch.compile's graph depends on: the options inside it and the micro-batch it
+    steps with (the batch where there is none); equal keys share the Inductor cache."""
+    inside = {k: v for k, v in config.to_dict().items() if k not in OUTSIDE_GRAPH_KEYS}
+    inside["micro-batch"] = config.micro_batch_size or config.batch_size or default_batch
+    return json.dumps(inside, sort_keys=True, default=str)
 
 
 def compile_prior_s(device: str, params: int | None, config: TuneConfig) -> float:
@@ -40,8 +63,14 @@ class TrialTimes:
     steps: int
     warmup_steps: int
     params: int | None = None
+    default_batch: int = 0
     starts: list[float] = field(default_factory=list)
     compiles: dict[str, list[float]] = field(default_factory=dict)
+    """Cold compiles per kind (scope, float8)."""
+    graphs: dict[str, float] = field(default_factory=dict)
+    """`graph_key` -> its first (cold) compile."""
+    warm_shares: list[float] = field(default_factory=list)
+    """Compiles from the cache, as shares of their graph's cold compile."""
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float) -> None:
         """A trial ended after `wall_s` seconds: what its parts took."""
@@ -50,7 +79,13 @@ class TrialTimes:
         if result.status in ("ok", "stopped") and wall_s > 0:
             self.starts.append(max(0.0, wall_s - first - stepping))
         if config.compile_mode != "off" and result.compile_s:
-            self.compiles.setdefault(self._compile_kind(config), []).append(result.compile_s)
+            graph = graph_key(config, self.default_batch)
+            cold = self.graphs.get(graph)
+            if cold is None:
+                self.graphs[graph] = result.compile_s
+                self.compiles.setdefault(self._compile_kind(config), []).append(result.compile_s)
+            else:  # from the cache: kept apart, so it does not lower the cold compiles' median
+                self.warm_shares.append(result.compile_s / cold)
 
     @staticmethod
     def _compile_kind(config: TuneConfig) -> str:
@@ -58,6 +93,14 @@ class TrialTimes:
 
     def start_s(self) -> float:
         return statistics.median(self.starts) if self.starts else START_S.get(self.device, 6.0)
+
+    def warm_share(self) -> float:
+        return statistics.median(self.warm_shares) if self.warm_shares else WARM_COMPILE
+
+    def warm_compile_s(self, config: TuneConfig, compile_s: float) -> float:
+        """A compiled configuration whose first step took `compile_s`, run again: from the
+        cache (a share of its graph's cold compile)."""
+        return self.graphs.get(graph_key(config, self.default_batch), compile_s) * self.warm_share()
 
     def first_step_s(self, config: TuneConfig, step_s: float) -> float:
         if config.compile_mode == "off":
