@@ -258,9 +258,9 @@ class Priors:
         measured is the kernels' size), or only more (or fewer) micro-batches accumulated."""
         measured = batch_doublings(pair.before, pair.after, self.ctx)
         wanted = batch_doublings(parent, child, self.ctx)
-        at = 0 if wanted[0] else 1  # the shape's doublings where it changes, else accumulation's
-        if measured[0] and not wanted[0] or wanted[0] and not measured[0]:
+        if bool(measured[0]) != bool(wanted[0]):  # one changes the kernels' size, one does not
             return None
+        at = 0 if wanted[0] else 1  # the shape's doublings where it changes, else accumulation's
         if measured[at] == 0 or wanted[at] == 0 or (measured[at] > 0) != (wanted[at] > 0):
             return None
         return pair.log_ratio / measured[at] * wanted[at]
