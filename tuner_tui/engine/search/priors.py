@@ -225,20 +225,11 @@ class Priors:
         precision = 1 / prior.sd ** 2
         weighted = prior.mean * precision
         batch = key in ("batch_size", "micro_batch_size")
-        want_from, want_to = _plain(parent[key]), _plain(child[key])
         for pair in (self._batch_pairs() if batch else self.pairs.get(key, ())):
-            if batch:
-                ratio = self._scaled(pair, parent, child)
-                if ratio is None:
-                    continue
-            else:
-                got_from, got_to = _plain(pair.before[key]), _plain(pair.after[key])
-                if (got_from, got_to) == (want_from, want_to):
-                    ratio = pair.log_ratio
-                elif (got_from, got_to) == (want_to, want_from):
-                    ratio = -pair.log_ratio
-                else:
-                    continue
+            ratio = self._scaled(pair, parent, child) if batch else _same_move(key, pair, parent,
+                                                                               child)
+            if ratio is None:
+                continue
             sd = SEARCH_SD + CONTEXT_SD * distance(pair.before, parent) + pair.extra_sd
             if batch:
                 # A doubling pays less the larger the micro-batch already is: a pair measured
@@ -250,6 +241,7 @@ class Priors:
         return Estimate(weighted / precision, math.sqrt(1 / precision))
 
     def _batch_pairs(self) -> list[Pair]:
+        """Pairs of either batch option: `_scaled` takes those of the same kind of change."""
         return self.pairs.get("batch_size", []) + self.pairs.get("micro_batch_size", [])
 
     def _scaled(self, pair: Pair, parent: TuneConfig, child: TuneConfig) -> float | None:
@@ -279,6 +271,17 @@ class Priors:
             else:
                 chance *= (1 - risk) * FAILURE_EVIDENCE ** self.failures.get(value, 0.0)
         return chance
+
+
+def _same_move(key: str, pair: Pair, parent: TuneConfig, child: TuneConfig) -> float | None:
+    """The pair's log ratio where it measured this move of `key` (or its reverse), else None."""
+    got = _plain(pair.before[key]), _plain(pair.after[key])
+    want = _plain(parent[key]), _plain(child[key])
+    if got == want:
+        return pair.log_ratio
+    if got == want[::-1]:
+        return -pair.log_ratio
+    return None
 
 
 FAILURE_EVIDENCE = 0.25
