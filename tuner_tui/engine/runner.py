@@ -153,7 +153,10 @@ class NextWorker:
         if self._thread is not None:
             if self._thread.is_alive() and self._client is not None:
                 self._client.end_now()
-            self._thread.join()
+            # Not waited for past a few seconds: a worker killed in the middle of sending an
+            # event leaves half a message in the pipe, and the watcher's read of it never ends
+            # (a daemon thread: it ends with gputune).
+            self._thread.join(timeout=3.0)
             self._thread = None
         if self._client is not None:
             self._client.stop()
