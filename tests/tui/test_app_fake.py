@@ -422,6 +422,36 @@ def test_reader_close_stops_the_source_and_is_idempotent():
     assert not reader.is_alive() and not worker.alive
 
 
+def test_a_death_reaches_the_ui_after_the_dead_workers_events_and_before_the_next_ones():
+    """The UI counts a death against the configuration in flight: it must see the death
+    before the next worker's WorkerReady, or the next worker is sent the same configuration."""
+    import time
+
+    from tuner_tui.app.reader import WorkerExited, WorkerStarted
+
+    made: list[FakeWorker] = []
+    reader = EventReader(lambda: made.append(FakeWorker()) or made[-1], lambda message: None)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not made or not made[0].alive:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        made[0].send(protocol.ApplyConfig(TuneConfig(), measure_steps=4))
+        made[0].kill()
+        while len(made) < 2 or not made[1].alive:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)
+        kinds = [type(e).__name__ for e in reader.take()]
+    finally:
+        reader.close()
+    assert kinds[0] == "WorkerStarted" and "TrialFinished" in kinds
+    finished, exited = kinds.index("TrialFinished"), kinds.index(WorkerExited.__name__)
+    assert finished < exited < kinds.index(WorkerStarted.__name__, 1) < len(kinds) - 1
+    assert kinds[-1] == "WorkerReady" and kinds.count("WorkerReady") == 2
+
+
 @async_test
 async def test_apply_in_turn_runs_each_configuration_after_the_previous_one():
     app, workers = make_app()

@@ -282,8 +282,13 @@ class GputuneApp(App[int]):
         now = self.clock()
         rows_before = len(self.session.rows)
         for event in events:
-            self.session.apply(event, now)
-            self._react(event)
+            if isinstance(event, WorkerStarted):
+                self._worker_started(event)
+            elif isinstance(event, WorkerExited):
+                self._worker_exited(event)
+            else:
+                self.session.apply(event, now)
+                self._react(event)
         self.leaderboard.show(self.session)
         if len(self.session.rows) != rows_before or not self._row_chosen:
             self.show_selected_row()
@@ -345,10 +350,10 @@ class GputuneApp(App[int]):
         """Apply `configs` one after another, each once the previous one is measured."""
         self.controller.apply_in_turn(configs)
 
-    def on_worker_started(self, message: WorkerStarted) -> None:
+    def _worker_started(self, message: WorkerStarted) -> None:
         self.session.worker_started(message.pid)
 
-    def on_worker_exited(self, message: WorkerExited) -> None:
+    def _worker_exited(self, message: WorkerExited) -> None:
         if self._quitting:
             return
         self.controller.worker_exited(message.exitcode, message.pid, message.reason, message.restarting)

@@ -5,6 +5,8 @@ and its process sentinel, and hands events to the app in order. Events are queue
 `EventsReady` message is posted whenever the queue goes from empty to non-empty, so a flood of
 `StepMeasured` costs the UI one wake-up per batch rather than one per step. A dead source is
 reported (`WorkerExited`) within a sentinel wait (0.25 s) and restarted, unless it keeps dying.
+`WorkerStarted` and `WorkerExited` travel in the same queue as the worker's events, so the UI
+sees a death after the dead worker's last event and before its successor's first.
 """
 
 from __future__ import annotations
@@ -53,16 +55,20 @@ class EventsReady(Message):
     """Worker events are waiting in the reader: call `EventReader.take()`."""
 
 
-class WorkerStarted(Message):
+class WorkerStarted:
+    """A worker process started; queued with the events so that it is handled in order."""
+
     def __init__(self, pid: int | None, restart: bool) -> None:
-        super().__init__()
         self.pid = pid
         self.restart = restart
 
 
-class WorkerExited(Message):
+class WorkerExited:
+    """The worker process is gone; queued with the events, after whatever it sent before dying
+    and before anything its successor sends (posted apart, it could reach the UI after the next
+    worker's WorkerReady, and the death would be counted against the wrong configuration)."""
+
     def __init__(self, pid: int | None, exitcode: int | None, restarting: bool, reason: str = "") -> None:
-        super().__init__()
         self.pid = pid
         self.exitcode = exitcode
         self.restarting = restarting
@@ -227,7 +233,7 @@ class EventReader(threading.Thread):
             source.start()
         with self._source_lock:
             self._source = source
-        self._post(WorkerStarted(source.pid, restart))
+        self._deliver(WorkerStarted(source.pid, restart))
         return source
 
     def _stop_source(self, source: EventSource, timeout: float = 5.0) -> None:
@@ -260,7 +266,7 @@ class EventReader(threading.Thread):
                 return self._start_source(restart)
             except Exception as exc:  # the worker could not even be spawned
                 reason = f"could not start the worker: {type(exc).__name__}: {exc}"
-                self._post(WorkerExited(None, None, False, reason))
+                self._deliver(WorkerExited(None, None, False, reason))
             if not self._wait_for_manual_restart():
                 return None
         return None
@@ -309,7 +315,7 @@ class EventReader(threading.Thread):
                         "not restarting it (ctrl+r restarts it)"
                     )
                 self._manual_restart.clear()
-                self._post(WorkerExited(source.pid, source.exitcode(), restart, reason))
+                self._deliver(WorkerExited(source.pid, source.exitcode(), restart, reason))
                 with self._source_lock:
                     self._source = None
                 self._stop_source(source, timeout=1.0)
