@@ -100,15 +100,26 @@ def per_sample_bytes(config: TuneConfig, s: ModelShape) -> float:
     b = activation_bytes(config)
     kept, fp8 = _kept_per_layer(config, s)
     layer = kept * b + fp8
+    scores = 0.0
+    if config.attention == "manual":
+        # Attention written out keeps its softmax weights (heads x seq per token) for the
+        # backward: in fp32, which autocast and HF's eager attention take the softmax in, and
+        # under half precision their copy in the compute dtype beside them. On the H200, manual
+        # over SDPA: GPT-2 at batch 16 +7.6-10 GiB in fp32 (9.0 counted) and +14.7 in bf16
+        # (13.5), the 1.3B Llama at batch 4 in fp32 +38 GiB (32); left out, a search took an
+        # out-of-memory baseline for one that needed what SDPA needs.
+        scores = s.heads * s.seq_len * (4 if b == 4 else 4 + b)
+        layer += scores
     if config.checkpointing == "selective":
-        layer = min(layer, _selective_per_layer(s) * b)
+        # (the attention's scores are a matmul's output, which selective checkpointing keeps)
+        layer = min(layer, _selective_per_layer(s) * b + scores * b / 4)
     elif config.checkpointing in ("full", "every-n"):
         every = config.checkpoint_every if config.checkpointing == "every-n" else 1
         # A checkpointed block keeps its input; one block at a time is recomputed whole.
         checkpointed = s.layers // every
         per_token = (s.layers - checkpointed) * layer + checkpointed * s.hidden * b + layer
         return s.seq_len * (per_token + _head_per_token(config, s, b))
-    if b == 4 and s.kv_heads < s.heads and not s.kv_repeated:
+    if b == 4 and s.kv_heads < s.heads and not s.kv_repeated and config.attention == "sdpa":
         # SDPA's fused kernels need half precision for grouped-query attention: fp32 takes the
         # math path, which keeps the softmax weights (heads x seq per token) for the backward.
         layer += s.heads * s.seq_len * 4
