@@ -409,6 +409,25 @@ def test_a_configuration_about_as_large_as_one_that_ran_out_of_memory_is_not_tri
     assert footprint.chance_to_fit(small.replace(optimizer="foreach")) > 0.99
 
 
+def test_an_out_of_memory_trial_estimated_under_the_device_says_nothing_of_what_the_device_holds():
+    """Seen in simulation: a baseline that ran out of memory was estimated at half the device
+    (what it left out of its estimate took the rest); every configuration of about that
+    estimate or more was then held not to fit, on a device that held them, for 30 minutes."""
+    from tuner_tui.engine.search.fit import Footprint
+
+    space = default_space(CPU, 8, choices={"batch_size": ("x1", "x2", "x4")})
+    history = History(space, budget_bytes=2**40)
+    small = TuneConfig.from_dict({"batch_size": 8})
+    history.add(small, _row(small, sum(static_parts(small, N)) + 80 * MiB))  # 10 MiB a sample
+    oom = small.replace(batch_size=16)
+    history.add(oom, _row(oom, None, status="oom"))
+    larger = small.replace(batch_size=32)
+    estimated = Footprint(history, default_batch=8, budget_bytes=2**40).bytes(oom)
+    device = 4 * estimated  # it ran out, so it needed more than the device: the estimate missed
+    assert Footprint(history, 8, 2**40).chance_to_fit(larger) < 0.01  # the device unknown
+    assert Footprint(history, 8, 2**40, device_bytes=device).chance_to_fit(larger) > 0.99
+
+
 @pytest.mark.parametrize("check_s, grows", [(0.0, True), (120.0, False)])
 def test_the_expert_grows_the_batch_only_where_checking_its_loss_there_is_cheap(check_s, grows):
     # Checking a grown batch's loss needs an fp32 reference run at that batch; where it would

@@ -113,7 +113,8 @@ class AnytimeSearch(SearchStrategy):
     run's batch, or numerics already checked)."""
 
     def __init__(self, space: SearchSpace, ctx: Context, *, items_per_sample: int = 1,
-                 budget_bytes: int | None = None, priors: Priors | None = None,
+                 budget_bytes: int | None = None, device_bytes: int | None = None,
+                 priors: Priors | None = None,
                  times: TrialTimes | None = None,
                  time_available: Callable[[], float | None] = lambda: None,
                  reference_ready: Callable[[TuneConfig], bool] = lambda c: True,
@@ -122,6 +123,7 @@ class AnytimeSearch(SearchStrategy):
         self.ctx = ctx
         self.items_per_sample = items_per_sample
         self.budget_bytes = budget_bytes
+        self.device_bytes = device_bytes
         self.priors = priors or Priors(ctx, space.canonical)
         self.times = times or TrialTimes(ctx.device, steps=20, warmup_steps=5)
         self.time_available = time_available
@@ -134,6 +136,8 @@ class AnytimeSearch(SearchStrategy):
         """The expert's compiled recipe is still to come after its eager version."""
         self.footprint: Footprint | None = None
         self._pool_size = 0
+        self.last_pool: list[tuple[float, Proposal]] = []
+        """The best-ranked candidates of the last choice (gain per second, proposal)."""
         self.last: Proposal | None = None
 
     # -- the driver's side ---------------------------------------------------------------------
@@ -214,7 +218,8 @@ class AnytimeSearch(SearchStrategy):
 
     def _footprint(self, history: History) -> None:
         if self.footprint is None or self.footprint.history is not history:
-            self.footprint = Footprint(history, self.space.default_batch, self.budget_bytes)
+            self.footprint = Footprint(history, self.space.default_batch, self.budget_bytes,
+                                       self.device_bytes)
 
     def _batch(self, config: TuneConfig) -> int:
         return config.batch_size or self.space.default_batch
@@ -433,6 +438,7 @@ class AnytimeSearch(SearchStrategy):
                 pool.append((gain / seconds, Proposal(child, why, parent.config, keys, guess.mean,
                                                       guess.sd, step, seconds, gain)))
         pool.sort(key=lambda item: -item[0])
+        self.last_pool = pool[:12]
         floor = DONE_GAIN if available is None else 0.0
         self._pool_size = sum(1 for _, p in pool if p.score > max(floor, 0.01))
         best: Proposal | None = None

@@ -180,7 +180,8 @@ class Search:
                                 default_batch=self.default_batch)
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
-            budget_bytes=self.budget_bytes, priors=self.priors, times=self.times,
+            budget_bytes=self.budget_bytes, device_bytes=device, priors=self.priors,
+            times=self.times,
             time_available=self._time_available, reference_ready=self.refs.known,
             reference_check_s=self._reference_check_s)
         self.say(f"searching {self.space.describe() or 'one configuration'} "

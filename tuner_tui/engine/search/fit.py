@@ -24,10 +24,13 @@ def normal_cdf(z: float) -> float:
 class Footprint:
     """Estimates of the peak for one search, kept until a new trial is measured."""
 
-    def __init__(self, history: History, default_batch: int, budget_bytes: int | None) -> None:
+    def __init__(self, history: History, default_batch: int, budget_bytes: int | None,
+                 device_bytes: int | None = None) -> None:
         self.history = history
         self.default_batch = default_batch
         self.budget_bytes = budget_bytes
+        self.device_bytes = device_bytes
+        """What the device holds (None: unknown): an out-of-memory trial needed more."""
         self._cache: dict[str, MemoryEstimate | None] = {}
         self._version = -1
 
@@ -58,7 +61,11 @@ class Footprint:
     def _after_ooms(self, config: TuneConfig) -> float:
         """A configuration that ran out of memory needed more than the device holds: one whose
         estimate is about as large (within 3%) does too (a chance under NOT_FITTING's 2%, so it
-        is not tried), one 10% smaller fits even odds, one 15% smaller most likely."""
+        is not tried), one 10% smaller fits even odds, one 15% smaller most likely. An estimate
+        of the trial that ran out below what the device holds is wrong, by at least that much:
+        the device's memory stands in for it (manual attention's scores, missing from the
+        estimate of a baseline that ran out, had kept every configuration of as much memory as
+        the baseline's estimate from being tried on a device that held them)."""
         mine = None
         chance = 1.0
         for r in self.history.all():
@@ -74,7 +81,7 @@ class Footprint:
             mine = self.estimate(config) if mine is None else mine
             if theirs is None or mine is None or theirs.total <= 0:
                 continue
-            ratio = mine.total / theirs.total
+            ratio = mine.total / max(theirs.total, self.device_bytes or 0)
             chance = min(chance, normal_cdf((0.9 - ratio) / OOM_RATIO_SD))
         return chance
 
