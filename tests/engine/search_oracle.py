@@ -10,7 +10,8 @@ in between), and the true effect of every option value: drawn around the registr
 their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
 not model: batch gains that shrink with each doubling, CUDA graphs that pay only on short steps,
 float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
-follows its own formula with an error of its own. Recomputation (checkpointing) and optimizer
+follows its own formula with an error of its own (fp32 SDPA with grouped heads keeping the
+softmax weights, as on the H200). Recomputation (checkpointing) and optimizer
 state offloaded to the host never make a step faster: their draws are capped at no gain (the
 eager selective prior's wide doubt had drawn it +20-56% faster in 5% of oracles). Faults: a compile mode or float8 that fails
 to compile on this machine, fp16 that diverges, float8 that loses the numerics, workers that die
@@ -180,7 +181,10 @@ class Oracle:
         if c.fp8 != "off":
             total += self.effect("fp8", c.fp8, compiled) + self.fp8_width * math.log2(
                 self.hidden / 2048)
-        for kernel in c.effective_kernels():
+        kernels = c.effective_kernels()
+        if "kernels_with_compile" in self.inert_options:  # which kernels run under compile
+            kernels = c.replace(kernels_with_compile="inductor-first").effective_kernels()
+        for kernel in kernels:
             total += self.effect("kernel", kernel, compiled) if "fused_kernels" not in \
                 self.inert_options else 0.0
         batch = c.batch_size or self.default_batch
@@ -208,6 +212,10 @@ class Oracle:
             layer -= (2 * h + i) * (b - 1)
         if c.attention == "manual":
             layer += 2 * self.heads * self.seq * b
+        elif b == 4 and self.kv_heads < self.heads:
+            # fp32 SDPA with grouped heads takes the math path, which keeps the softmax
+            # weights (seen on the H200 with the HF Llama)
+            layer += self.heads * self.seq * 4
         layers = self.layers * layer
         if c.checkpointing == "selective":
             layers = self.layers * min(layer, (5 * h + 2 * kv + 2 * i) * b)
@@ -353,7 +361,9 @@ class Oracle:
         kept = np.where(compiled, 5 * h + 2 * kv + 3 * i, 7 * h + 3 * kv + 4 * i)
         layer = kept * b
         layer = np.where(v["fp8"] != "off", layer - (2 * h + i) * (b - 1), layer)
-        layer = np.where(v["attention"] == "manual", layer + 2 * self.heads * self.seq * b, layer)
+        layer = np.where(v["attention"] == "manual", layer + 2 * self.heads * self.seq * b,
+                         np.where((b == 4) & (self.kv_heads < self.heads),
+                                  layer + self.heads * self.seq * 4, layer))
         ck = v["checkpointing"]
         layers = np.select(
             [ck == "selective", ck == "every-n", ck == "full"],
@@ -545,8 +555,9 @@ class OracleExecutor:
 
 
 def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=None, fixed=None,
-             store_path=None, references=None, remeasure_repeats: int = 2):
-    """One search on the oracle; (outcome, executor, clock)."""
+             store_path=None, references=None, remeasure_repeats: int = 2, searches=None):
+    """One search on the oracle; (outcome, executor, clock). `searches`, a list, gets the
+    search itself (its strategy's predictions)."""
     import io
 
     from tuner_tui.engine.reference_cache import ReferenceCache
@@ -565,6 +576,8 @@ def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=N
     try:
         search = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
                         references=refs, strategy=strategy)
+        if searches is not None:
+            searches.append(search)
         outcome = search.run()
     finally:
         store.close()
