@@ -120,19 +120,36 @@ def _measured(config: TuneConfig, tokens_per_s: float, peak: int = 1, **extra) -
                                **extra)
 
 
+def _recipes(strategy: AnytimeSearch, history: History) -> tuple:
+    """The expert's eager recipe, measured, then the compiled one it proposes next."""
+    eager = strategy.next(history)
+    history.add(eager.config, _measured(eager.config, 200e3))
+    strategy.observe(eager.config, history.get(eager.config), 10.0, history)
+    return eager, strategy.next(history)
+
+
 def test_the_expert_recipe_is_what_an_expert_writes_for_the_machine_and_model():
     space = default_space(GPU, 16)
     history = History(space)
     history.add(space.start(), _measured(space.start(), 50e3))
-    small = AnytimeSearch(space, Context("cuda", large=False, default_batch=16)).next(history)
+    small_history = History(space)
+    small_history.add(space.start(), _measured(space.start(), 50e3))
+    eager, small = _recipes(AnytimeSearch(space, Context("cuda", large=False, default_batch=16)),
+                            small_history)
+    # First without compile, with the fused kernels compile would replace; then compiled.
+    assert eager.why.startswith("the expert's recipe without compile, first")
+    assert eager.config.compile_mode == "off" and "layer_norm" in eager.config.fused_kernels
     assert small.why == "the expert's recipe"
     recipe = small.config
+    assert eager.config == recipe.replace(compile_mode="off",
+                                          fused_kernels=eager.config.fused_kernels)
     assert (recipe.precision, recipe.attention, recipe.optimizer, recipe.weights) == (
         "bf16", "sdpa", "fused", "fp32")
     assert recipe.compile_mode != "off" and recipe.fused_kernels == ("linear_cross_entropy",)
     assert recipe.fp8 == "off" and recipe.checkpointing == "off"
     # On a model of a billion parameters or more: bf16 weights and float8 pay (the priors say).
-    large = AnytimeSearch(space, Context("cuda", large=True, default_batch=16)).next(history)
+    _, large = _recipes(AnytimeSearch(space, Context("cuda", large=True, default_batch=16)),
+                        history)
     assert large.config.weights == "bf16" and large.config.fp8 == "tensorwise"
     # On the CPU: no half precision, no kernels (Triton's interpreter), SDPA.
     cpu = default_space(CPU, 8)
@@ -147,7 +164,7 @@ def test_after_the_recipe_each_next_trial_is_a_move_from_the_best_weighed_by_its
     strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
     history = History(space)
     history.add(space.start(), _measured(space.start(), 50e3))
-    expert = strategy.next(history).config
+    expert = _recipes(strategy, history)[1].config
     history.add(expert, _measured(expert, 480e3, compile_s=25.0))
     strategy.observe(expert, history.get(expert), 40.0, history)
     proposal = strategy.next(history)

@@ -276,16 +276,16 @@ def test_the_time_budget_is_used_and_the_time_line_says_how(tmp_path):
         assert unused <= max(walls), f"seed {seed}: {unused:.0f} s unused"
         first = outcome.timeline[0]
         assert first["why"] == "the fp32 eager baseline" and first["started_s"] >= 0
-        # (its eager version first where the compiled one would take much of the time left)
+        # (its eager version first)
         assert any(e["why"].startswith("the expert's recipe") for e in outcome.timeline)
         assert all(a["ended_s"] <= b["started_s"] + 1e-9 or b["kind"] == "reference"
                    for a, b in zip(outcome.timeline, outcome.timeline[1:]))
 
 
-def test_a_model_that_compiles_for_minutes_gets_the_eager_recipe_first(tmp_path):
-    """Where the expert's compiled recipe would take much of the time left (a model of billions
-    of parameters compiles for minutes), its eager version runs first and holds an answer within
-    seconds; the compiled recipe follows. A small model's recipe compiles in seconds: as before."""
+def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
+    """Right after the baseline the expert's recipe runs without torch.compile and holds an
+    answer within seconds (a model of billions of parameters compiles for minutes); the
+    compiled recipe follows where it still fits in the time left."""
     seen = {"large": 0, "small": 0}
     for seed in range(900, 960):
         o = Oracle(seed, fault_rate=0.0, budget_kind="none")  # (over a budget: no answer yet)
@@ -298,14 +298,12 @@ def test_a_model_that_compiles_for_minutes_gets_the_eager_recipe_first(tmp_path)
         whys = [e["why"] for e in trials]
         eager = [i for i, why in enumerate(whys)
                  if why.startswith("the expert's recipe without compile")]
-        if size == "small":
-            assert not eager and "the expert's recipe" in whys, whys
-            continue
         assert eager == [1], whys  # right after the baseline
         first = trials[1]
         assert "compile" not in first["label"]
         if first["status"] == "ok":  # an answer after one short trial
-            assert first["best_tokens_per_s"] is not None and first["ended_s"] < 120
+            assert first["best_tokens_per_s"] is not None
+            assert first["ended_s"] < (120 if size == "large" else 40)
         # The compiled recipe follows, where it still fits in the time left.
         took, left = map(float, re.findall(r"about (\d+) s of the (\d+) s", whys[1])[0])
         if took <= left - (first["ended_s"] - first["started_s"]) - 5:
@@ -341,7 +339,9 @@ def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tm
     """Two models on one machine (the levers' true effects shared): the second search, given
     the first's store, ends closer to its optimum in three minutes than without it."""
     with_store, without = [], []
-    for seed in range(800, 820):
+    # (what the store teaches moves the mean regret by about 0.2%, and one search's path by
+    # several: 20 oracles had decided by chance, 60 do by the store)
+    for seed in range(800, 860):
         first = Oracle(seed)
         simulate(first, tmp_path / f"w{seed}", 600.0, store_path=tmp_path / f"shared{seed}.sqlite3")
         second = Oracle(seed + 10_000, shared_truth=first)

@@ -188,6 +188,10 @@ class Priors:
         values = risky_values(config)
         if result.status in NUMERICS_FAILED:  # a lost loss is the numerics' doing, not a kernel's
             values = [v for v in values if _changes_numerics(*v)] or values
+        if result.status in FAILED:
+            # What it brought that has not worked here yet takes the blame: a value that has
+            # worked keeps its chance whatever fails beside it, so blame put on it is lost.
+            values = [v for v in values if not self.successes.get(v)] or values
         if result.status in FAILED and values:
             total = sum(risk_of(*v) for v in values)
             for key, value in values:
