@@ -10,7 +10,10 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
-PACKAGES = ("kernels", "strategies", "tuner_tui.engine.workloads")
+PACKAGES = {"kernels": "gputune_kernels", "strategies": "strategies",
+            "tuner_tui.engine.workloads": "tuner_tui.engine.workloads"}
+"""Each package's name in the hash and its import name (the `kernels/` folder imports as
+`gputune_kernels`: `kernels` is Hugging Face's package, which transformers installs)."""
 ENGINE_FILES = ("trial.py", "worker.py", "gradients.py", "reference.py", "mfu.py", "faults.py")
 
 
@@ -23,8 +26,8 @@ def _package_dir(name: str) -> Path | None:
 def code_files() -> list[tuple[str, Path]]:
     """(name in the hash, path) of every file hashed, in a fixed order."""
     files = []
-    for package in PACKAGES:
-        root = _package_dir(package)
+    for package, import_name in PACKAGES.items():
+        root = _package_dir(import_name)
         if root is not None:
             files += [(f"{package}/{p.relative_to(root).as_posix()}", p)
                       for p in root.rglob("*") if p.suffix in (".py", ".cpp")]  # .cpp: the C++ nodes
