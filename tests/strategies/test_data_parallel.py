@@ -16,6 +16,7 @@ import strategies
 from strategies import ConfigError, TuneConfig
 
 ROOT = Path(__file__).resolve().parents[2]
+TEARDOWN_ABORT = "terminate called without an active exception"
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys
@@ -70,11 +71,17 @@ def _torchrun(tmp_path, config: dict, nproc: int) -> dict:
     strategies.save(TuneConfig.from_dict(config), path)
     (tmp_path / "train.py").write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-         str(tmp_path / "train.py"), str(path)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
-    )
+    for attempt in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             f"--nproc-per-node={nproc}", str(tmp_path / "train.py"), str(path)],
+            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        )
+        # torch 2.13's gloo can abort a rank while it tears down (a C++ thread left unjoined:
+        # seen once in CI, not reproduced in 25 runs here under load). That abort,
+        # and only it, gets one more run; any other failure fails at once.
+        if proc.returncode == 0 or TEARDOWN_ABORT not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
