@@ -304,13 +304,47 @@ def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
         if first["status"] == "ok":  # an answer after one short trial
             assert first["best_tokens_per_s"] is not None
             assert first["ended_s"] < (120 if size == "large" else 40)
-        # The compiled recipe follows, where it still fits in the time left.
+        # The compiled recipe follows, where it still fits in the time left (after the eager
+        # one at twice the batch, where that fits beside it).
         took, left = map(float, re.findall(r"about (\d+) s of the (\d+) s", whys[1])[0])
+        scouted = whys[2].startswith("the eager recipe at twice the batch")
+        after = trials[3] if scouted else trials[2]
         if took <= left - (first["ended_s"] - first["started_s"]) - 5:
-            assert whys[2] == "the expert's recipe" and "compile" in trials[2]["label"], whys
+            assert after["why"] == "the expert's recipe" and "compile" in after["label"], whys
         else:
             assert "the expert's recipe" not in whys, whys
     assert seen == {"large": 3, "small": 3}
+
+
+def _batch_of(event: dict, o: Oracle) -> int:
+    found = re.search(r"batch (\d+)", event["label"])
+    return int(found.group(1)) if found else o.default_batch
+
+
+def test_the_eager_recipe_at_twice_the_batch_tells_the_compiled_one_its_batch(tmp_path):
+    """Between the two recipes, the eager one at twice its batch (a larger micro-batch, not
+    more of them accumulated), where that and the compiled recipe both fit in the time left:
+    the compiled recipe takes the faster of the two batches."""
+    seen = {"grown": 0, "kept": 0}
+    for seed in range(900, 1100):
+        if min(seen.values()) >= 2:
+            break
+        o = Oracle(seed, fault_rate=0.0, budget_kind="none")
+        outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
+        trials = [e for e in outcome.timeline if e["kind"] == "trial"]
+        at = [i for i, e in enumerate(trials) if e["why"].startswith("the eager recipe at twice")]
+        if not at:
+            continue
+        assert at == [2], [e["why"] for e in trials]  # the baseline, the eager recipe, it
+        eager, scout = trials[1], trials[2]
+        assert _batch_of(scout, o) == 2 * _batch_of(eager, o)
+        assert "micro" not in scout["label"] and "compile" not in scout["label"]
+        compiled = next(e for e in trials[3:] if e["why"] == "the expert's recipe")
+        assert "compile" in compiled["label"]
+        faster = scout["tokens_per_s"] > eager["tokens_per_s"]
+        assert _batch_of(compiled, o) == _batch_of(scout if faster else eager, o)
+        seen["grown" if faster else "kept"] += 1
+    assert min(seen.values()) >= 2, seen
 
 
 def test_a_trial_far_below_its_prediction_runs_once_more_and_the_faster_run_stands(tmp_path):

@@ -135,6 +135,11 @@ class AnytimeSearch(SearchStrategy):
         self.last_pool: list[tuple[float, Proposal]] = []
         """The best-ranked candidates of the last choice (gain per second, proposal)."""
         self.last: Proposal | None = None
+        self.eager: TuneConfig | None = None
+        """The expert's recipe without compile, where it runs first."""
+        self.scout: TuneConfig | None = None
+        """The eager recipe at twice the batch, where it ran."""
+        self.scouted = False
 
     # -- the driver's side ---------------------------------------------------------------------
     def propose(self, history: History) -> list[TuneConfig]:
@@ -156,7 +161,11 @@ class AnytimeSearch(SearchStrategy):
             if self.expert not in history:
                 return self._keep(self._predicted(self.expert, "the expert's recipe", history))
         if self.expert not in history and self.expert_pending:
+            scout = self._batch_scout(history)
+            if scout is not None:
+                return self._keep(scout)
             self.expert_pending = False
+            self.expert = self._scouted_batch(history)
             expert = self._predicted(self.expert, "the expert's recipe", history)
             available = self.time_available()
             if available is None or expert.trial_s <= available:
@@ -178,12 +187,61 @@ class AnytimeSearch(SearchStrategy):
         if eager in history or eager == self.expert:
             return None
         self.expert_pending = True
+        self.eager = eager
         compiled = self._predicted(self.expert, "the expert's recipe", history)
         available = self.time_available()
         left = f" of the {available:.0f} s left" if available is not None else ""
         return self._predicted(
             eager, f"the expert's recipe without compile, first (compiling it would take about "
                    f"{compiled.trial_s:.0f} s{left})", history)
+
+    def _batch_scout(self, history: History) -> Proposal | None:
+        """Once, between the two recipes: the eager one with its micro-batch doubled (the
+        batch with it), where it likely fits the budget and leaves the compiled recipe its time.
+        The expert's recipe keeps the run's batch where checking the loss at a larger one would
+        cost much (a large model), and a compiled move to a larger batch costs a compile of
+        its own; an eager pair costs seconds and tells the compiled recipe which batch to take
+        (1000 simulated searches: regret at five minutes -0.29% +- 0.06, on models of a
+        billion parameters or more -0.89%)."""
+        if self.scouted or self.eager is None:
+            return None
+        self.scouted = True
+        ran = history.get(self.eager)
+        if ran is None or ran.status != "ok" or not ran.tokens_per_s:
+            return None
+        child = next((c for c in self._batch_moves(self.eager)
+                      if self._batch(c) > self._batch(self.eager)), None)
+        if child is None or _accumulated(self.space, child) != _accumulated(self.space,
+                                                                            self.eager):
+            return None  # only more micro-batches accumulated: the kernels see the same shape
+        if self.footprint.chance_to_fit(child) < 0.5:
+            return None
+        parent = self._measured(ran)
+        guess = self._predict(parent, child, ("batch_size",))
+        step = self._step_s(parent, child, guess.mean - parent.mean)
+        seconds = self._trial_s(child, step, history)
+        available = self.time_available()
+        compiled = self._predicted(self.expert, "the expert's recipe", history)
+        if available is not None and seconds + compiled.trial_s > available:
+            return None
+        self.scout = child
+        return Proposal(child, "the eager recipe at twice the batch, to tell the compiled one "
+                               "its batch", self.eager, ("batch_size",), guess.mean, guess.sd,
+                        step, seconds)
+
+    def _scouted_batch(self, history: History) -> TuneConfig:
+        """The compiled recipe at the scout's batch where the scout ran faster than the eager
+        recipe and the compiled one likely fits there."""
+        if self.scout is None:
+            return self.expert
+        eager, scout = history.get(self.eager), history.get(self.scout)
+        if scout is None or scout.status != "ok" or not scout.tokens_per_s \
+                or scout.tokens_per_s <= eager.tokens_per_s:
+            return self.expert
+        grown = variant(self.space, self.expert, batch_size=self._batch(self.scout))
+        if grown is None or self.footprint.chance_to_fit(grown) < 0.5:
+            return self.expert
+        return grown
 
     def _expert_recipe(self, history: History, eager: bool = False) -> TuneConfig:
         """The expert's recipe; at the run's batch where checking the loss at the larger batch
@@ -455,6 +513,12 @@ class AnytimeSearch(SearchStrategy):
             if value > best_value:
                 best, best_value = proposal, value
         return best
+
+
+def _accumulated(space: SearchSpace, config: TuneConfig) -> int:
+    """How many micro-batches one optimizer step accumulates."""
+    batch = space.rank_batch(config)
+    return batch // max(1, config.micro_batch_size or batch)
 
 
 def measured_peak_of(history: History, config: TuneConfig) -> int | None:
