@@ -555,9 +555,8 @@ class OracleExecutor:
 
 
 def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=None, fixed=None,
-             store_path=None, references=None, remeasure_repeats: int = 2, searches=None):
-    """One search on the oracle; (outcome, executor, clock). `searches`, a list, gets the
-    search itself (its strategy's predictions)."""
+             store_path=None, references=None, remeasure_repeats: int = 2):
+    """One search on the oracle; (outcome, executor, clock)."""
     import io
 
     from tuner_tui.engine.reference_cache import ReferenceCache
@@ -576,8 +575,6 @@ def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=N
     try:
         search = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
                         references=refs, strategy=strategy)
-        if searches is not None:
-            searches.append(search)
         outcome = search.run()
     finally:
         store.close()

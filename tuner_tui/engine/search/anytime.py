@@ -132,8 +132,6 @@ class AnytimeSearch(SearchStrategy):
         """The expert's compiled recipe is still to come after its eager version."""
         self.footprint: Footprint | None = None
         self._pool_size = 0
-        self.last_pool: list[tuple[float, Proposal]] = []
-        """The best-ranked candidates of the last choice (gain per second, proposal)."""
         self.last: Proposal | None = None
         self.eager: TuneConfig | None = None
         """The expert's recipe without compile, where it runs first."""
@@ -496,7 +494,6 @@ class AnytimeSearch(SearchStrategy):
                 pool.append((gain / seconds, Proposal(child, why, parent.config, keys, guess.mean,
                                                       guess.sd, step, seconds, gain)))
         pool.sort(key=lambda item: -item[0])
-        self.last_pool = pool[:12]
         floor = DONE_GAIN if available is None else 0.0
         self._pool_size = sum(1 for _, p in pool if p.score > max(floor, 0.01))
         best: Proposal | None = None
