@@ -305,11 +305,11 @@ def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
             assert first["best_tokens_per_s"] is not None
             assert first["ended_s"] < (120 if size == "large" else 40)
         # The compiled recipe follows, where it still fits in the time left (after the eager
-        # one at twice the batch, where that fits beside it).
+        # one with an option changed, where that fits beside it).
         took, left = map(float, re.findall(r"about (\d+) s of the (\d+) s", whys[1])[0])
-        scouted = whys[2].startswith("the eager recipe at twice the batch")
-        after = trials[3] if scouted else trials[2]
-        if took <= left - (first["ended_s"] - first["started_s"]) - 5:
+        after = next(e for e in trials[2:] if not e["why"].startswith("the eager recipe with"))
+        scouted = sum(e["ended_s"] - e["started_s"] for e in trials[2:trials.index(after)])
+        if took <= left - (first["ended_s"] - first["started_s"]) - scouted - 5:
             assert after["why"] == "the expert's recipe" and "compile" in after["label"], whys
         else:
             assert "the expert's recipe" not in whys, whys
@@ -321,29 +321,38 @@ def _batch_of(event: dict, o: Oracle) -> int:
     return int(found.group(1)) if found else o.default_batch
 
 
-def test_the_eager_recipe_at_twice_the_batch_tells_the_compiled_one_its_batch(tmp_path):
-    """Between the two recipes, the eager one at twice its batch (a larger micro-batch, not
-    more of them accumulated), where that and the compiled recipe both fit in the time left:
-    the compiled recipe takes the faster of the two batches."""
-    seen = {"grown": 0, "kept": 0}
+def test_the_eager_recipe_with_an_option_changed_tells_the_compiled_one(tmp_path):
+    """Between the two recipes, the eager one with its batch doubled (a larger micro-batch, not
+    more of them accumulated), then with its weights' other precision, where each and the
+    compiled recipe fit in the time left: the compiled recipe takes each change that ran
+    faster than the eager recipe."""
+    seen = {"batch taken": 0, "batch left": 0, "weights taken": 0, "weights left": 0}
     for seed in range(900, 1100):
         if min(seen.values()) >= 2:
             break
         o = Oracle(seed, fault_rate=0.0, budget_kind="none")
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         trials = [e for e in outcome.timeline if e["kind"] == "trial"]
-        at = [i for i, e in enumerate(trials) if e["why"].startswith("the eager recipe at twice")]
-        if not at:
+        scouts = [e for e in trials if e["why"].startswith("the eager recipe with")]
+        if not scouts:
             continue
-        assert at == [2], [e["why"] for e in trials]  # the baseline, the eager recipe, it
-        eager, scout = trials[1], trials[2]
-        assert _batch_of(scout, o) == 2 * _batch_of(eager, o)
-        assert "micro" not in scout["label"] and "compile" not in scout["label"]
-        compiled = next(e for e in trials[3:] if e["why"] == "the expert's recipe")
+        assert trials[2:2 + len(scouts)] == scouts, [e["why"] for e in trials]
+        eager = trials[1]
+        compiled = next(e for e in trials if e["why"] == "the expert's recipe")
         assert "compile" in compiled["label"]
-        faster = scout["tokens_per_s"] > eager["tokens_per_s"]
-        assert _batch_of(compiled, o) == _batch_of(scout if faster else eager, o)
-        seen["grown" if faster else "kept"] += 1
+        for scout in scouts:
+            assert "compile" not in scout["label"]
+            faster = scout["tokens_per_s"] > eager["tokens_per_s"]
+            if "batch" in scout["why"]:
+                assert _batch_of(scout, o) == 2 * _batch_of(eager, o)
+                assert "micro" not in scout["label"]
+                assert _batch_of(compiled, o) == _batch_of(scout if faster else eager, o)
+                seen["batch taken" if faster else "batch left"] += 1
+            else:
+                assert "weights" in scout["why"]
+                bf16 = ["bf16 weights" in e["label"] for e in (eager, scout, compiled)]
+                assert bf16[0] != bf16[1] and bf16[2] == (bf16[1] if faster else bf16[0])
+                seen["weights taken" if faster else "weights left"] += 1
     assert min(seen.values()) >= 2, seen
 
 
