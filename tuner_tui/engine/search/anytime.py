@@ -1,5 +1,6 @@
-"""The anytime search: the baseline, then the expert's recipe, then always the trial with the
-highest expected gain per second.
+"""The anytime search: the baseline, then the expert's recipe (eager first, and eager with each
+of a few of its decisions changed, then compiled), then always the trial with the highest
+expected gain per second.
 
 A candidate is a move from a measured configuration (a parent): one option to another of its
 values, the batch doubled or halved, the micro-batch a step smaller or larger, or a larger
@@ -251,8 +252,8 @@ class AnytimeSearch(SearchStrategy):
         others = [v for v in self.space.values(key) if v != eager[key]]
         child = variant(self.space, eager, **{key: others[0]}) if len(others) == 1 else None
         for partner in OPTIONS[key].search.interacts if child is not None else ():
-            options = [variant(self.space, child, **{partner: v}) for v in self.space.values(partner)]
-            options = [c for c in options if c is not None]
+            options = [c for v in self.space.values(partner)
+                       if (c := variant(self.space, child, **{partner: v})) is not None]
             if options:
                 child = max(options, key=lambda c: move_prior(partner, child, c, self.ctx).mean
                             if c != child else 0.0)
