@@ -29,7 +29,7 @@ from tuner_tui.engine.search.expert import memory_moves
 FIVE_MINUTES = 300.0
 MEAN_REGRET = 0.10
 """The mean regret at five minutes each fifty of these searches stays under (over the 200: about
-5.5%; docs/search.md says what is measured, and why the issue's 2% is not reached at five minutes
+5.2%; docs/search.md says what is measured, and why the issue's 2% is not reached at five minutes
 for models of a billion parameters and more)."""
 
 
