@@ -221,9 +221,7 @@ class AnytimeSearch(SearchStrategy):
                 continue
             moved = tuple(k for k in OPTIONS if _differs(self.eager, child, k))
             parent = self._measured(ran)
-            guess = self._predict(parent, child, moved)
-            step = self._step_s(parent, child, guess.mean - parent.mean)
-            seconds = self._trial_s(child, step, history)
+            guess, step, seconds = self._estimate(parent, child, moved, history)
             available = self.time_available()
             compiled = self._predicted(self._scouted(history), "", history)
             if available is not None and seconds + compiled.trial_s > available:
@@ -471,10 +469,15 @@ class AnytimeSearch(SearchStrategy):
             return Proposal(config, why, trial_s=self.times.trial_s(config, None))
         parent = self._measured(base)
         keys = tuple(k for k in OPTIONS if _differs(parent.config, config, k))
-        guess = self._predict(parent, config, keys)
-        step = self._step_s(parent, config, guess.mean - parent.mean)
-        return Proposal(config, why, parent.config, keys, guess.mean, guess.sd, step,
-                        self._trial_s(config, step, history))
+        guess, step, seconds = self._estimate(parent, config, keys, history)
+        return Proposal(config, why, parent.config, keys, guess.mean, guess.sd, step, seconds)
+
+    def _estimate(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...],
+                  history: History) -> tuple[Estimate, float | None, float]:
+        """The child's throughput, step time and trial time, predicted from the parent."""
+        guess = self._predict(parent, child, keys)
+        step = self._step_s(parent, child, guess.mean - parent.mean)
+        return guess, step, self._trial_s(child, step, history)
 
     def _trial_s(self, config: TuneConfig, step_s: float | None, history: History) -> float:
         seconds = self.times.trial_s(config, step_s)
@@ -502,9 +505,7 @@ class AnytimeSearch(SearchStrategy):
                 if key in seen or child in history:
                     continue
                 seen.add(key)
-                guess = self._predict(parent, child, keys)
-                step = self._step_s(parent, child, guess.mean - parent.mean)
-                seconds = self._trial_s(child, step, history)
+                guess, step, seconds = self._estimate(parent, child, keys, history)
                 check_s = self.reference_check_s(child) if best_log is not None else 0.0
                 # Its loss is checked after it ran, if it wins: charged as likely as the win.
                 # Where its numerics class (fp16, float8) has not kept the loss anywhere in this
