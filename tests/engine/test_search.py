@@ -723,6 +723,33 @@ def test_more_micro_batches_accumulated_are_expected_to_pay_little_and_learn_apa
     assert priors.move("batch_size", whole, whole.replace(batch_size=64)).mean > 0.06  # prior 0.04
 
 
+def test_a_noisy_measurement_teaches_a_move_as_little_as_its_spread_allows():
+    """On the H200 one eager trial of bf16 weights ran at +-11% and 9% under fp32 weights, where
+    two quiet runs of it on other days measured 11% over: learned as sharply as a quiet pair, it
+    kept the search off bf16 weights. A noisy pair moves the prediction less than a quiet one of
+    the same ratio, and a quiet pair still moves it most of the way."""
+    from dataclasses import replace as with_fields
+
+    from tuner_tui.engine.search.priors import Priors
+
+    ctx = Context("cuda", large=False, default_batch=16)
+    fp32 = TuneConfig.from_dict({"precision": "bf16", "batch_size": 16})
+    bf16 = fp32.replace(weights="bf16", optimizer="plain")
+    prior = Priors(ctx, canonical=lambda c: c).move("weights", fp32, bf16).mean
+
+    def learned(spread):
+        priors = Priors(ctx, canonical=lambda c: c)
+        slow = with_fields(_row(90e3), step_ms=100.0, step_ms_q1=100.0 * (1 - spread),
+                           step_ms_q3=100.0 * (1 + spread))
+        priors.add_pair(fp32, _row(100e3), bf16, slow)  # -10.5%
+        return priors.move("weights", fp32, bf16).mean
+
+    quiet, noisy = learned(0.01), learned(0.114)
+    assert quiet < prior - 0.05
+    assert quiet < noisy < prior
+    assert noisy - quiet > 0.03
+
+
 @pytest.mark.parametrize("check_s", [0.0, 60.0])
 def test_a_new_numerics_class_runs_only_where_its_loss_check_fits_in_the_time_left(check_s):
     """A trial whose win could not be checked in the time left would be recommended on trust:

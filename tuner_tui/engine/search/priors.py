@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 from strategies.config import TuneConfig
 from strategies.options import Prior
 from strategies.registry import OPTIONS
+from tuner_tui.engine.noise import is_noisy, spread
 from tuner_tui.engine.protocol import TrialResult
 
 LARGE_MODEL = 1e9
@@ -76,7 +77,7 @@ class Pair:
     after: TuneConfig
     log_ratio: float
     extra_sd: float
-    """Beyond the context's: another workload, another size class."""
+    """Beyond the context's: another workload, another size class, a noisy measurement."""
 
 
 def _batch(c: TuneConfig, ctx: Context) -> int:
@@ -208,6 +209,10 @@ class Priors:
         key = move_of(before, after, self.canonical)
         if key is None or not (a.tokens_per_s and b.tokens_per_s):
             return
+        if is_noisy(a) or is_noisy(b):
+            # A disturbed row (a GPT-2 trial at +-11% measured 17% under its two quiet runs of
+            # other days) says as little about the move as its spread allows.
+            extra_sd += math.hypot(spread(a) or 0.0, spread(b) or 0.0)
         self.pairs[key].append(Pair(key, before, after,
                                     math.log(a.tokens_per_s / b.tokens_per_s), extra_sd))
 
