@@ -700,6 +700,41 @@ def test_a_move_that_keeps_the_compiled_graph_is_told_apart_from_a_new_graph():
     assert times.compiles == {"model": [28.0, 23.0]}
 
 
+def test_a_compile_of_a_kind_not_measured_yet_runs_only_where_the_measured_kind_would_fit():
+    """ResNet-50 on the H200 compiled whole in 51 s and per block in 86 s (its stages' blocks
+    differ), where the priors scale per-block to 0.4 of the whole: the per-block trial started
+    with 49 s left and ended 51 s past the budget. Ranked by the scaled time, it must fit as long
+    as the measured kind took; once its own kind is measured, by that."""
+    from tuner_tui.engine.search.timing import TrialTimes
+
+    space = default_space(GPU, 16, fixed={"batch_size": 16, "precision": "bf16",
+                                          "compile_mode": "reduce-overhead"})
+    left = [49.0]
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16),
+                             times=TrialTimes("cuda", steps=20, warmup_steps=5, default_batch=16),
+                             time_available=lambda: left[0])
+    history = History(space)
+    whole = space.canonical(space.start().replace(optimizer="fused"))
+    ran = _measured(whole, 100e3)
+    history.add(whole, dataclasses.replace(ran, compile_s=51.0, step_ms=100.0, measured_steps=20,
+                               warmup_s=0.5))
+    strategy.observe(whole, history.get(whole), 60.0, history)
+    per_block = whole.replace(compile_scope="block")
+    assert strategy.times.trial_s(per_block, 0.1) < 49.0  # the scaled prediction fits
+    assert strategy.times.unmeasured_compile_doubt_s(per_block) == pytest.approx(51.0 * 0.6)
+    proposals = []
+    for _ in range(40):
+        proposal = strategy.next(history)
+        if proposal is None:
+            break
+        proposals.append(proposal.config)
+        history.add(proposal.config, _measured(proposal.config, 90e3))
+    assert proposals and all(c.compile_scope == "model" for c in proposals)
+    # Measured once, per-block compile is predicted by its own time.
+    strategy.times.compiles["block"] = [10.0]
+    assert strategy.times.unmeasured_compile_doubt_s(per_block) == 0.0
+
+
 def test_more_micro_batches_accumulated_are_expected_to_pay_little_and_learn_apart():
     """A larger batch at the same micro-batch runs the same kernels more often (GPT-2 on the
     H200: -0.2%); a larger micro-batch runs larger ones (+7% from 16 to 32). Each is predicted by

@@ -511,7 +511,9 @@ class AnytimeSearch(SearchStrategy):
                 # Where its numerics class (fp16, float8) has not kept the loss anywhere in this
                 # search yet, a win whose check finds no time left would be recommended on
                 # trust: the check must fit.
-                if available is not None and (seconds > available or (
+                # A compile of a kind not measured yet must fit as long as the measured one.
+                doubt_s = self.times.unmeasured_compile_doubt_s(child)
+                if available is not None and (seconds + doubt_s > available or (
                         check_s and seconds + check_s > available
                         and numerics_class(dict(child.values)) not in verified)):
                     continue
