@@ -114,7 +114,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "weights",
                 "fp32",
                 "fp32: fp32 master weights (autocast casts per op); bf16: parameters and "
-                "gradients in bf16, updated by an AdamW with stochastic rounding",
+                "gradients in bf16, updated by an AdamW with stochastic rounding (a BatchNorm "
+                "keeps fp32 beside its running statistics)",
                 choices=("fp32", "bf16"),
                 choice_requires={"bf16": ("bf16",)},
                 label="Weights",
