@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import statistics
 
@@ -325,7 +326,10 @@ def test_the_eager_recipe_with_an_option_changed_tells_the_compiled_one(tmp_path
     """Between the two recipes, the eager one with its batch doubled (a larger micro-batch, not
     more of them accumulated), then with its weights' other precision, where each and the
     compiled recipe fit in the time left: the compiled recipe takes each change that ran
-    faster than the eager recipe."""
+    faster than the eager recipe (beyond their spread: a tie goes by the prior, and is not
+    checked here)."""
+    from tuner_tui.engine.noise import spread, tie_gap
+
     seen = {"batch taken": 0, "batch left": 0, "weights taken": 0, "weights left": 0}
     for seed in range(900, 1100):
         if min(seen.values()) >= 2:
@@ -338,11 +342,17 @@ def test_the_eager_recipe_with_an_option_changed_tells_the_compiled_one(tmp_path
             continue
         assert trials[2:2 + len(scouts)] == scouts, [e["why"] for e in trials]
         eager = trials[1]
-        compiled = next(e for e in trials if e["why"] == "the expert's recipe")
+        compiled = next((e for e in trials if e["why"] == "the expert's recipe"), None)
+        if compiled is None:  # the scouts ran longer than predicted: it no longer fitted
+            continue
         assert "compile" in compiled["label"]
+        rows = {r.label: r for r in outcome.results}
         for scout in scouts:
             assert "compile" not in scout["label"]
-            faster = scout["tokens_per_s"] > eager["tokens_per_s"]
+            a, b = rows[scout["label"]], rows[eager["label"]]  # (a confirmed run: the faster)
+            faster = a.tokens_per_s > b.tokens_per_s
+            if abs(math.log(a.tokens_per_s / b.tokens_per_s)) <= tie_gap(spread(a), spread(b)):
+                continue
             if "batch" in scout["why"]:
                 assert _batch_of(scout, o) == 2 * _batch_of(eager, o)
                 assert "micro" not in scout["label"]

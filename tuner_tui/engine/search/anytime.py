@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS, numerics_class
+from tuner_tui.engine.noise import spread, tie_gap
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.search.expert import expert_recipe, memory_moves, variant
@@ -259,17 +260,22 @@ class AnytimeSearch(SearchStrategy):
 
     def _scouted(self, history: History) -> TuneConfig:
         """The compiled recipe with each scout's change that ran faster than the eager recipe,
-        where it likely still fits."""
+        where it likely still fits. Where the two differ by less than their spread (a tie), the
+        change's prior under compile decides."""
         config = self.expert
         eager = history.get(self.eager)
         for scout in self.scouts:
             ran = history.get(scout)
-            if ran is None or ran.status != "ok" or not ran.tokens_per_s \
-                    or ran.tokens_per_s <= eager.tokens_per_s:
+            if ran is None or ran.status != "ok" or not ran.tokens_per_s:
                 continue
-            changed = variant(self.space, config, **{k: scout[k] for k in OPTIONS
-                                                     if _differs(self.eager, scout, k)})
-            if changed is not None and self.footprint.chance_to_fit(changed) >= 0.5:
+            moved = tuple(k for k in OPTIONS if _differs(self.eager, scout, k))
+            changed = variant(self.space, config, **{k: scout[k] for k in moved})
+            if changed is None or self.footprint.chance_to_fit(changed) < 0.5:
+                continue
+            gain = math.log(ran.tokens_per_s / eager.tokens_per_s)
+            if abs(gain) <= tie_gap(spread(ran) or 0.0, spread(eager) or 0.0):
+                gain = self._predict(Parent(config, 0.0, 0.0, None, False), changed, moved).mean
+            if gain > 0:
                 config = changed
         return config
 
