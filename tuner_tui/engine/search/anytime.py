@@ -220,7 +220,7 @@ class AnytimeSearch(SearchStrategy):
             child = self._scout_child(key)
             if child is None or child in history or self.footprint.chance_to_fit(child) < 0.5:
                 continue
-            moved = tuple(k for k in OPTIONS if _differs(self.eager, child, k))
+            moved = _moved(self.eager, child)
             parent = self._measured(ran)
             guess, step, seconds = self._estimate(parent, child, moved, history)
             available = self.time_available()
@@ -268,7 +268,7 @@ class AnytimeSearch(SearchStrategy):
             ran = history.get(scout)
             if ran is None or ran.status != "ok" or not ran.tokens_per_s:
                 continue
-            moved = tuple(k for k in OPTIONS if _differs(self.eager, scout, k))
+            moved = _moved(self.eager, scout)
             changed = variant(self.space, config, **{k: scout[k] for k in moved})
             if changed is None or self.footprint.chance_to_fit(changed) < 0.5:
                 continue
@@ -365,7 +365,7 @@ class AnytimeSearch(SearchStrategy):
             return None
         if incumbent is None:
             return Parent(config, guess.mean, guess.sd, guess.step_s, False)
-        keys = tuple(k for k in OPTIONS if _differs(incumbent.config, config, k))
+        keys = _moved(incumbent.config, config)
         again = self._predict(incumbent, config, keys)
         step = self._step_s(incumbent, config, again.mean - incumbent.mean)
         return Parent(config, again.mean, again.sd, step, False)
@@ -474,7 +474,7 @@ class AnytimeSearch(SearchStrategy):
         if base is None:
             return Proposal(config, why, trial_s=self.times.trial_s(config, None))
         parent = self._measured(base)
-        keys = tuple(k for k in OPTIONS if _differs(parent.config, config, k))
+        keys = _moved(parent.config, config)
         guess, step, seconds = self._estimate(parent, config, keys, history)
         return Proposal(config, why, parent.config, keys, guess.mean, guess.sd, step, seconds)
 
@@ -566,6 +566,11 @@ def _accumulated(space: SearchSpace, config: TuneConfig) -> int:
 def measured_peak_of(history: History, config: TuneConfig) -> int | None:
     found = history.get(config)
     return measured_peak(found) if found is not None else None
+
+
+def _moved(a: TuneConfig, b: TuneConfig) -> tuple[str, ...]:
+    """The options in which `b` differs from `a`, in the registry's order."""
+    return tuple(k for k in OPTIONS if _differs(a, b, k))
 
 
 def _differs(a: TuneConfig, b: TuneConfig, key: str) -> bool:
