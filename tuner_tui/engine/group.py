@@ -326,6 +326,8 @@ class GroupTrainer(Trainer):
                 memory_allocated_bytes=max(r.memory_allocated_bytes for r in by_rank),
                 peak_memory_bytes=max(r.peak_memory_bytes for r in by_rank),
                 rank_step_ms=tuple(r.step_ms for r in by_rank),
+                optimizer_ms=max((r.optimizer_ms for r in by_rank if r.optimizer_ms is not None),
+                                 default=None),
             )
             if step == 0:
                 self.first_step_s = record.step_ms / 1e3

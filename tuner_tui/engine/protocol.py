@@ -202,6 +202,9 @@ class TrialResult:
     step_ms_q1: float | None = None
     step_ms_q3: float | None = None
     """Quartiles of the measured steps' times: the spread behind the median (noise.spread)."""
+    optimizer_ms: float | None = None
+    """The optimizer step's part of step_ms (clipping, the update, zeroing the gradients),
+    median over the measured steps: what more micro-batches per step would share."""
     mfu: float | None = None
     mfu_peak_tflops: float | None = None
     mfu_peak_source: str = ""

@@ -100,6 +100,8 @@ class StepRecord:
     peak_memory_bytes: int
     rank_step_ms: tuple[float, ...] = ()
     """In a group: each rank's time for this step (step_ms is the slowest)."""
+    optimizer_ms: float | None = None
+    """The part of step_ms from the optimizer step on (clipping, the update, zeroing)."""
 
 
 @dataclass
@@ -135,7 +137,8 @@ class Trainer:
         self.batch_size = self.config.batch_size or self.workload.default_batch_size
         # Before anything is built: batch_size = 0 is the workload's default, known only here.
         self.accumulation_steps = self.config.accumulation_steps(self.batch_size)
-        self._pending: list = []  # (step, end event (CUDA) or end time (CPU), loss copy, t_host)
+        self._pending: list = []  # (step, end event (CUDA) or end time (CPU), loss copy, t_host,
+        #                          the optimizer step's start, as the end)
         self._last_end = None
         self._last_host = None
         self._step = 0
@@ -210,6 +213,13 @@ class Trainer:
         # Equal micro-batches: the batch's loss is the mean of theirs.
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         loss_value = self._copy_loss(loss)
+        # The optimizer step is timed apart: more micro-batches per step share it (what the
+        # search predicts an accumulated batch from).
+        if self.device == "cuda":
+            optimizer_start = torch.cuda.Event(enable_timing=True)
+            optimizer_start.record()
+        else:
+            optimizer_start = time.perf_counter()
         self.tuned.step(zero_grad=i > 0)
         if i == 0:
             self.memory_parts = memory_parts(self.tuned.model, self.tuned.optimizer, self.torch_device)
@@ -219,7 +229,7 @@ class Trainer:
             end.record()
         else:
             end = time.perf_counter()  # the CPU ran the step synchronously: it ends here
-        self._pending.append((i, end, loss_value, host_start))
+        self._pending.append((i, end, loss_value, host_start, optimizer_start))
         self._step += 1
         # The first step (compile) and the warm-up are synchronous, so that their wall time is
         # exact; afterwards the host may run HOST_AHEAD steps ahead of the device. With one
@@ -290,9 +300,10 @@ class Trainer:
     def _collect(self, keep: int) -> list[StepRecord]:
         done = []
         while len(self._pending) > keep:
-            i, end, loss_t, host_start = self._pending.pop(0)
+            i, end, loss_t, host_start, optimizer_start = self._pending.pop(0)
             if not isinstance(end, float):
                 end.synchronize()
+                optimizer_ms = optimizer_start.elapsed_time(end)
                 if self._last_end is not None and i > 0:
                     ms = self._last_end.elapsed_time(end)
                 else:
@@ -302,6 +313,7 @@ class Trainer:
                 # Timed when the step ended, not now: collected HOST_AHEAD steps later, "now"
                 # would add the steps since.
                 ms = (end - host_start) * 1e3
+                optimizer_ms = (end - optimizer_start) * 1e3
             loss = float(loss_t)
             if not math.isfinite(loss):
                 raise Diverged(f"loss became {loss} at step {i}")
@@ -314,7 +326,7 @@ class Trainer:
                 rss = psutil.Process().memory_info().rss
                 self._rss_peak = max(self._rss_peak, rss)
                 allocated, peak = rss - self._rss_base, self._rss_peak - self._rss_base
-            record = StepRecord(i, ms, loss, allocated, peak)
+            record = StepRecord(i, ms, loss, allocated, peak, optimizer_ms=optimizer_ms)
             self.records.append(record)
             done.append(record)
         return done
@@ -397,6 +409,9 @@ class Trainer:
             step_ms_max=max(times),
             step_ms_q1=q1,
             step_ms_q3=q3,
+            optimizer_ms=statistics.median(r.optimizer_ms for r in measured
+                                           if r.optimizer_ms is not None)
+            if any(r.optimizer_ms is not None for r in measured) else None,
             mfu=self.mfu(median),
             mfu_peak_tflops=peak.tflops if peak else None,
             mfu_peak_source=peak.source if peak else "not computed on the CPU",
