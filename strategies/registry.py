@@ -457,7 +457,10 @@ STRATEGIES: tuple[Strategy, ...] = (
                     # 16 -> 32 -> 64: +7%, +2%. Per doubling of the micro-batches accumulated
                     # (the same kernels, the optimizer step shared by more samples): GPT-2 124M
                     # compiled, batch 16 -> 32 from micro-batches of 16, -0.2%
-                    # (benchmarks/results/h200-2026-12-03/graph-cache).
+                    # (benchmarks/results/h200-2026-12-03/graph-cache); a 1.5B llama, 4 -> 16
+                    # from micro-batches of 4, +6.9% (h200-2026-12-04/accumulation). The prior
+                    # serves only where the parent's optimizer step was not measured: otherwise
+                    # its share of the step predicts the move (`priors.accumulation_move`).
                     prior={"x2": Prior((0.04, 0.04), cpu=(0.0, 0.05)),
                            "x2 accumulated": Prior((0.005, 0.01), cpu=(0.0, 0.01))},
                     addresses=("host",),

@@ -112,6 +112,9 @@ class Oracle:
         self.batch_gain = truth.batch_gain if truth is not self else float(abs(r.normal(0.07, 0.04)))
         self.ro_host_gain = truth.ro_host_gain if truth is not self else float(r.uniform(0.0, 0.06))
         self.fp8_width = truth.fp8_width if truth is not self else float(r.normal(0.06, 0.03))
+        # (drawn apart, so that the oracles' other draws stay those of the seed)
+        self.bandwidth = truth.bandwidth if truth is not self else float(
+            np.random.default_rng([self.seed, 1]).uniform(2.0e12, 3.5e12))
         self.ro_fails = bool(r.random() < 0.08)
         self.fp8_fails = bool(r.random() < 0.08)
         self.fp16_diverges = bool(r.random() < 0.15)
@@ -194,11 +197,44 @@ class Oracle:
             total += self.batch_gain * (1 - 0.35 ** doublings) / 0.65
         else:
             total += 0.05 * doublings
-        total += 0.004 * math.log2(batch / micro)  # the optimizer step shared by more samples
         if c.compile_mode == "reduce-overhead":
             step_ms = micro * self.seq / math.exp(total) * 1e3
             total += self.ro_host_gain * max(0.0, 1 - step_ms / 150)
-        return total
+        return float(self._accumulated(total, micro, batch // micro, c.weights,
+                                       c.optimizer_state))
+
+    def optimizer_s(self, weights, state):
+        """The optimizer step's time: clipping's and AdamW's reads and writes of weights,
+        gradients and state (6 x the weights' bytes and 2 x the state's a parameter: 40 bytes
+        in fp32, 20 in bf16) at the machine's bandwidth; the offloaded state's host work is in
+        its effect. Takes numpy arrays as well."""
+        w = np.where(np.asarray(weights) == "bf16", 2, 4)
+        state = np.select([np.asarray(state) == x for x in ("fp32", "bf16", "8bit")], [8, 4, 2], 0)
+        return self.params * (6 * w + 2 * state) / self.bandwidth
+
+    def _step_parts(self, log_speed_one, micro, weights, state):
+        """(one micro-batch's step, its optimizer step, the addition of a micro-batch's
+        gradients into those held: 3 x the weights' bytes a parameter), in seconds; the
+        optimizer step at most half the step (the addition scaled with it)."""
+        one = micro * self.seq / np.exp(log_speed_one)
+        raw = self.optimizer_s(weights, state)
+        opt = np.minimum(raw, one / 2)
+        add = self.params * 3 * np.where(np.asarray(weights) == "bf16", 2, 4) / self.bandwidth
+        return one, opt, add * opt / raw
+
+    def _accumulated(self, log_speed_one, micro, k, weights, state):
+        """The log speed of k micro-batches per optimizer step, from that of one: each
+        micro-batch's forward and backward repeat and add their gradients; the optimizer step
+        runs once (more micro-batches always pay: the addition moves less than the step)."""
+        one, opt, add = self._step_parts(log_speed_one, micro, weights, state)
+        return log_speed_one + np.log(k * one / (k * (one - opt) + opt + (k - 1) * add))
+
+    def optimizer_ms(self, c: TuneConfig) -> float:
+        """The optimizer step's time in a step of `c`, as the worker measures it."""
+        batch = c.batch_size or self.default_batch
+        micro = c.micro_batch_size or batch
+        one = self.log_speed(c.replace(batch_size=micro, micro_batch_size=0))
+        return float(self._step_parts(one, micro, c.weights, c.optimizer_state)[1]) * 1e3
 
     def peak(self, c: TuneConfig) -> float:
         w = 2 if c.weights == "bf16" else 4
@@ -329,10 +365,10 @@ class Oracle:
             speed = total + np.where(doublings >= 0,
                                      self.batch_gain * (1 - 0.35 ** doublings) / 0.65,
                                      0.05 * doublings)
-            speed += 0.004 * np.log2(batch / m)
             step_ms = m * self.seq / np.exp(speed) * 1e3
             speed += np.where(v["compile_mode"] == "reduce-overhead",
                               self.ro_host_gain * np.maximum(0.0, 1 - step_ms / 150), 0.0)
+            speed = self._accumulated(speed, m, batch // m, v["weights"], v["optimizer_state"])
             speed = np.where(usable, speed, -np.inf)
             i = int(np.argmax(speed))
             if np.exp(speed[i]) > best:
@@ -546,6 +582,7 @@ class OracleExecutor:
         return replace(base, status=status, message=message, tokens_per_s=speed,
                        samples_per_s=speed / o.seq, step_ms=step_ms, step_ms_q1=step_ms * (1 - spread),
                        step_ms_q3=step_ms * (1 + spread), step_ms_min=step_ms * 0.98,
+                       optimizer_ms=o.optimizer_ms(c) * float(r.uniform(0.95, 1.05)),
                        step_ms_max=step_ms * 1.05, peak_memory_bytes=int(peak / 1.05),
                        peak_reserved_bytes=int(peak), compile_s=first,
                        warmup_s=(plan.warmup_steps - 1) * step_ms / 1e3, measured_steps=steps,

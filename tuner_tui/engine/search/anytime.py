@@ -32,7 +32,8 @@ from tuner_tui.engine.search.expert import expert_recipe, memory_moves, variant
 from tuner_tui.engine.search.fit import Footprint, normal_cdf
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import measured_peak
-from tuner_tui.engine.search.priors import FAILED, Context, Estimate, Priors, move_prior
+from tuner_tui.engine.search.priors import (FAILED, Context, Estimate, Priors, accumulation_move,
+                                             move_prior)
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.search.timing import TrialTimes
 
@@ -105,6 +106,8 @@ class Parent:
     failed_compile: bool = False
     """It did not compile: its moves keep compiling (its eager versions are moves of the
     measured eager configurations, with the kernels eager execution pays for)."""
+    optimizer_s: float | None = None
+    """Measured: its optimizer step's part of step_s (what more micro-batches would share)."""
 
 
 def expected_improvement(mean: float, sd: float, best: float) -> float:
@@ -384,7 +387,8 @@ class AnytimeSearch(SearchStrategy):
 
     def _measured(self, r: TrialResult) -> Parent:
         return Parent(r.tune_config, math.log(r.tokens_per_s), 0.01,
-                      (r.step_ms or 0) / 1e3 or None, True)
+                      (r.step_ms or 0) / 1e3 or None, True,
+                      optimizer_s=(r.optimizer_ms or 0) / 1e3 or None)
 
     def moves(self, config: TuneConfig) -> Iterator[tuple[tuple[str, ...], TuneConfig]]:
         """Every single move from `config` (with the options it interacts with); and where a
@@ -444,6 +448,11 @@ class AnytimeSearch(SearchStrategy):
             child = variant(self.space, config, batch_size=size)
             if child is not None and child != config and self.space.contains(child):
                 found.append(child)
+        micro = config.micro_batch_size or self.space.rank_batch(config)
+        for size in (batch * 4, batch * 8, batch * 16):
+            child = variant(self.space, config, batch_size=size, micro_batch_size=micro)
+            if child is not None and child != config and self.space.contains(child):
+                found.append(child)
         return found
 
     def _predict(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...]) -> Estimate:
@@ -459,9 +468,24 @@ class AnytimeSearch(SearchStrategy):
             nxt = child if i == len(keys) - 1 else variant(self.space, at, **changes)
             if nxt is None:
                 nxt = child
-            total = total.plus(self.priors.move(key, at, nxt))
+            physics = self._accumulation(parent, nxt) if at is parent.config else None
+            total = total.plus(physics or self.priors.move(key, at, nxt))
             at = nxt
         return total
+
+    def _accumulation(self, parent: Parent, child: TuneConfig) -> Estimate | None:
+        """More or fewer micro-batches of the parent's size per optimizer step, predicted from
+        the parent's measured step and optimizer step (`priors.accumulation_move`); None for
+        any other move, or where the parent's optimizer step was not measured."""
+        if parent.step_s is None or parent.optimizer_s is None or \
+                (child.micro_batch_size or self.space.rank_batch(child)) != \
+                (parent.config.micro_batch_size or self.space.rank_batch(parent.config)):
+            return None
+        k_from, k_to = _accumulated(self.space, parent.config), _accumulated(self.space, child)
+        if k_from == k_to or _moved(parent.config, child) not in (
+                ("batch_size",), ("batch_size", "micro_batch_size")):
+            return None
+        return accumulation_move(parent.step_s, parent.optimizer_s, k_from, k_to)
 
     def _predicted(self, config: TuneConfig, why: str, history: History) -> Proposal:
         """A configuration reached by several moves (the expert's recipe) from the baseline or,
