@@ -52,7 +52,7 @@ from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_p
 from tuner_tui.engine.search.references import References
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
 from tuner_tui.engine.search.space import default_space
-from tuner_tui.engine.search.timing import TrialTimes
+from tuner_tui.engine.search.timing import TrialTimes, stepping
 from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, workload_key
 from tuner_tui.engine.table import summary
@@ -390,7 +390,8 @@ class Search:
 
     def run_trial(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
              early_stop: bool = True, timeout: float | None = None) -> TrialResult:
-        plan = TrialPlan(steps=steps, warmup_steps=self.plan.warmup_steps,
+        warmup, steps = stepping(config, self.plan.warmup_steps, steps, self.default_batch)
+        plan = TrialPlan(steps=steps, warmup_steps=warmup,
                          trial_timeout_s=timeout or self.plan.trial_timeout_s,
                          profile_steps=self.plan.profile_steps,
                          trace_path=trace_path(self.plan.trace_dir, len(self.order) + 1, config))

@@ -11,6 +11,7 @@ from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.executor import error_row
 from tuner_tui.engine.search.plan import Event
+from tuner_tui.engine.search.timing import stepping
 from tuner_tui.engine.table import summary
 
 REMEASURED_LEADERS = 2
@@ -34,7 +35,8 @@ class LeaderRemeasure:
         first = r.compile_s or 0.0
         if r.tune_config.compile_mode != "off":
             first = s.times.warm_compile_s(r.tune_config, first)
-        steps = s.plan.warmup_steps + remeasure.repeat_steps(s.plan.steps)
+        steps = sum(stepping(r.tune_config, s.plan.warmup_steps,
+                             remeasure.repeat_steps(s.plan.steps), s.default_batch))
         return s.times.start_s() + first + steps * (r.step_ms or 0.0) / 1e3
 
     def leaders(self) -> list[TrialResult]:

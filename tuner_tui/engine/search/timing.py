@@ -45,6 +45,24 @@ def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
     return json.dumps(inside, sort_keys=True, default=str)
 
 
+def stepping(config: TuneConfig, warmup_steps: int, steps: int,
+             default_batch: int = 0) -> tuple[int, int]:
+    """(warm-up, measured) optimizer steps of a trial planned as `warmup_steps` and `steps`:
+    where `config` accumulates k micro-batches a step, a k-th of each, as many forwards and
+    backwards as one micro-batch a step would run (a step of sixteen micro-batches of a 2B model
+    takes seconds, and a steady one varies less), but at least two of warm-up and LOSS_CHECK_STEPS
+    in all, the losses its check compares."""
+    try:
+        k = config.accumulation_steps(config.batch_size or default_batch) if default_batch or \
+            config.batch_size else 1
+    except Exception:  # (a batch the devices do not share: its trial says so)
+        k = 1
+    if k <= 1:
+        return warmup_steps, steps
+    warm = min(warmup_steps, max(2, -(-warmup_steps // k)))
+    return warm, min(steps, max(-(-steps // k), LOSS_CHECK_STEPS - warm, 1))
+
+
 def compile_prior_s(device: str, params: int | None, config: TuneConfig) -> float:
     """torch.compile's first step before any was measured: about 20 s plus 40 s per billion
     parameters on an H200 host (GPT-2 124M 22-25 s, a 1.1B Llama 41-56 s, 74-84 s with float8);
@@ -132,9 +150,9 @@ class TrialTimes:
     def trial_s(self, config: TuneConfig, step_s: float | None, steps: int | None = None) -> float:
         """A trial of `config` whose steps are expected to take `step_s` each."""
         step_s = step_s or 0.5
-        steps = self.steps if steps is None else steps
-        return (self.start_s() + self.first_step_s(config, step_s)
-                + (self.warmup_steps - 1 + steps) * step_s)
+        warm, steps = stepping(config, self.warmup_steps, self.steps if steps is None else steps,
+                               self.default_batch)
+        return self.start_s() + self.first_step_s(config, step_s) + (warm - 1 + steps) * step_s
 
     def reference_s(self, fp32_step_s: float | None) -> float:
         """The fp32 eager reference's short run at a new batch size (its losses), and its
