@@ -8,7 +8,8 @@ An oracle draws a model (parameters from 100M to 8B, its width, heads, vocabular
 length, default batch), a memory budget (none, one around the lean configuration's peak, or one
 in between), and the true effect of every option value: drawn around the registry's priors with
 their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
-not model: batch gains that shrink with each doubling, CUDA graphs that pay only on short steps,
+not model: batch gains that shrink with each doubling, an optimizer step of the bytes it moves
+(shared by the micro-batches a step accumulates), CUDA graphs that pay only on short steps,
 float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
 follows its own formula with an error of its own (fp32 SDPA with grouped heads keeping the
 softmax weights, as on the H200). Recomputation (checkpointing) and optimizer
