@@ -839,6 +839,10 @@ def test_an_accumulating_trial_runs_as_many_micro_batches_not_optimizer_steps():
     assert warm >= 2 and warm + steps == LOSS_CHECK_STEPS
     assert stepping(base.replace(batch_size=32, micro_batch_size=16), 5, 10, 16) == (3, 5)
     assert stepping(base.replace(batch_size=0), 5, 10, 16) == (5, 10)  # the workload's batch
+    # Where no loss of it is compared (the same numerics kept the loss at another batch; a
+    # re-measure), it needs no eight: two of warm-up and MIN_MEASURED measured.
+    from tuner_tui.engine.search.timing import MIN_MEASURED
+    assert stepping(sixteen, 5, 10, 16, losses=0) == (2, MIN_MEASURED)
     times = TrialTimes("cuda", 10, 5, default_batch=16)
     stepped = times.trial_s(sixteen, 1.6) - times.first_step_s(sixteen, 1.6)
     assert stepped == pytest.approx(times.start_s() + (warm - 1 + steps) * 1.6)

@@ -390,7 +390,11 @@ class Search:
 
     def run_trial(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
              early_stop: bool = True, timeout: float | None = None) -> TrialResult:
-        warmup, steps = stepping(config, self.plan.warmup_steps, steps, self.default_batch)
+        # Its losses are compared with the reference's now, or after it ran if it wins,
+        # unless the same numerics kept the loss at another batch.
+        compared = bool(reference) or computes_reference(config) or self.refs.check_pending(config)
+        warmup, steps = stepping(config, self.plan.warmup_steps, steps, self.default_batch,
+                                 LOSS_CHECK_STEPS if compared else 0)
         plan = TrialPlan(steps=steps, warmup_steps=warmup,
                          trial_timeout_s=timeout or self.plan.trial_timeout_s,
                          profile_steps=self.plan.profile_steps,

@@ -45,13 +45,18 @@ def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
     return json.dumps(inside, sort_keys=True, default=str)
 
 
-def stepping(config: TuneConfig, warmup_steps: int, steps: int,
-             default_batch: int = 0) -> tuple[int, int]:
+MIN_MEASURED = 3
+"""The fewest measured steps of a trial that accumulates many micro-batches a step."""
+
+
+def stepping(config: TuneConfig, warmup_steps: int, steps: int, default_batch: int = 0,
+             losses: int = LOSS_CHECK_STEPS) -> tuple[int, int]:
     """(warm-up, measured) optimizer steps of a trial planned as `warmup_steps` and `steps`:
     where `config` accumulates k micro-batches a step, a k-th of each, as many forwards and
     backwards as one micro-batch a step would run (a step of sixteen micro-batches of a 2B model
-    takes seconds, and a steady one varies less), but at least two of warm-up and LOSS_CHECK_STEPS
-    in all, the losses its check compares."""
+    takes seconds, and a steady one varies less), but at least two of warm-up, MIN_MEASURED
+    measured, and `losses` in all: the losses its check compares (0 where its loss is checked
+    at another batch, or not at all, as in a re-measure)."""
     try:
         k = config.accumulation_steps(config.batch_size or default_batch) if default_batch or \
             config.batch_size else 1
@@ -60,7 +65,7 @@ def stepping(config: TuneConfig, warmup_steps: int, steps: int,
     if k <= 1:
         return warmup_steps, steps
     warm = min(warmup_steps, max(2, -(-warmup_steps // k)))
-    return warm, min(steps, max(-(-steps // k), LOSS_CHECK_STEPS - warm, 1))
+    return warm, min(steps, max(-(-steps // k), losses - warm, MIN_MEASURED))
 
 
 def compile_prior_s(device: str, params: int | None, config: TuneConfig) -> float:
