@@ -647,7 +647,7 @@ class LegacyStaged:
         self.ctx = None
 
     def next(self, history):
-        from tuner_tui.engine.search.anytime import Proposal
+        from tuner_tui.engine.search.proposal import Proposal
         from tuner_tui.engine.search.fit import Footprint
 
         for key, result in history.results.items():

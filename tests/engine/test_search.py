@@ -795,7 +795,7 @@ def test_more_micro_batches_are_predicted_from_the_measured_optimizer_step():
     its optimizer step about a tenth of the step, ran 4 x 4 sequences 6.9% faster than 4; GPT-2,
     its step far longer than its optimizer's, gained nothing from 2 x 64. The search predicts an
     accumulated batch from the parent's measured optimizer step, not from one prior for all."""
-    from tuner_tui.engine.search.anytime import Parent
+    from tuner_tui.engine.search.proposal import Parent
     from tuner_tui.engine.search.priors import accumulation_move
 
     space = default_space(GPU, 16, fixed={"precision": "bf16", "compile_mode": "default"})

@@ -17,7 +17,8 @@
 The names the CLI, the dashboard and the tests use are re-exported here.
 """
 
-from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal, SearchStrategy
+from tuner_tui.engine.search.anytime import AnytimeSearch
+from tuner_tui.engine.search.proposal import Proposal, SearchStrategy
 from tuner_tui.engine.search.driver import (
     REUSABLE, Search, SearchPlan, compile_cache_environ, default_memory_budget, workload_key,
 )

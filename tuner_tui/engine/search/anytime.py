@@ -20,7 +20,7 @@ else fits. Torch-free.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterator
 
 from strategies.config import TuneConfig
@@ -34,6 +34,7 @@ from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.priors import (FAILED, Context, Estimate, Priors, accumulation_move,
                                              move_prior)
+from tuner_tui.engine.search.proposal import Parent, Proposal, SearchStrategy, expected_improvement
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.search.timing import TrialTimes
 
@@ -60,62 +61,6 @@ weights after it 4.62% (-0.14% +- 0.06); on 1000 other oracles -0.35% +- 0.07 an
 BOTTLENECK_WEIGHT = 1.5
 """With --profile: a move of an option that addresses the incumbent's bottleneck counts this
 much more."""
-
-
-class SearchStrategy:
-    """Proposes the configurations to measure, a round at a time, from the results so far.
-    A new strategy is one subclass: `propose` returns the next round ([] when done), and
-    `remaining` estimates how many trials are still to come (for the progress line)."""
-
-    def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-
-    def propose(self, history: History) -> list[TuneConfig]:
-        raise NotImplementedError
-
-    def remaining(self, history: History) -> int:
-        return 0
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A configuration to measure, and why."""
-
-    config: TuneConfig
-    why: str
-    parent: TuneConfig | None = None
-    keys: tuple[str, ...] = ()
-    """The options the move changes (what goes with them aside)."""
-    mean: float | None = None
-    """Predicted log tokens/s (None: no prediction), and its deviation."""
-    sd: float = 0.0
-    step_s: float | None = None
-    """Predicted step time."""
-    trial_s: float = 0.0
-    """Predicted trial time, its reference run included."""
-    score: float = 0.0
-
-
-@dataclass(frozen=True)
-class Parent:
-    config: TuneConfig
-    mean: float
-    sd: float
-    step_s: float | None
-    measured: bool
-    failed_compile: bool = False
-    """It did not compile: its moves keep compiling (its eager versions are moves of the
-    measured eager configurations, with the kernels eager execution pays for)."""
-    optimizer_s: float | None = None
-    """Measured: its optimizer step's part of step_s (what more micro-batches would share)."""
-
-
-def expected_improvement(mean: float, sd: float, best: float) -> float:
-    """E[max(0, X - best)] for X normal (mean, sd)."""
-    if sd <= 1e-9:
-        return max(0.0, mean - best)
-    z = (mean - best) / sd
-    return sd * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) + (mean - best) * normal_cdf(z)
 
 
 class AnytimeSearch(SearchStrategy):

@@ -40,7 +40,8 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.runner import TrialPlan, best, trace_path
-from tuner_tui.engine.search.anytime import AnytimeSearch, Proposal
+from tuner_tui.engine.search.anytime import AnytimeSearch
+from tuner_tui.engine.search.proposal import Proposal
 from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
 from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.leaders import LeaderRemeasure

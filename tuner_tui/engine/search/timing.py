@@ -20,7 +20,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from strategies.config import TuneConfig
+from strategies.config import ConfigError, TuneConfig
 from strategies.registry import OUTSIDE_GRAPH_KEYS
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
@@ -57,10 +57,10 @@ def stepping(config: TuneConfig, warmup_steps: int, steps: int, default_batch: i
     takes seconds, and a steady one varies less), but at least two of warm-up, MIN_MEASURED
     measured, and `losses` in all: the losses its check compares (0 where its loss is checked
     at another batch, or not at all, as in a re-measure)."""
+    batch = config.batch_size or default_batch
     try:
-        k = config.accumulation_steps(config.batch_size or default_batch) if default_batch or \
-            config.batch_size else 1
-    except Exception:  # (a batch the devices do not share: its trial says so)
+        k = config.accumulation_steps(batch) if batch else 1
+    except ConfigError:  # (a batch the devices do not share: its trial says so)
         k = 1
     if k <= 1:
         return warmup_steps, steps
