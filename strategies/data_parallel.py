@@ -3,7 +3,8 @@
 ddp: `DistributedDataParallel`: every rank holds the whole model; gradients are all-reduced in
 buckets while backward runs. fsdp2: `fully_shard` on each repeated block, then on the root:
 parameters, gradients and optimizer state are sharded across ranks, and each block gathers its
-parameters just before it runs.
+parameters just before it runs. A normalization with running statistics (BatchNorm) is a group of
+its own, gathered in fp32 beside its fp32 statistics.
 
 It needs an initialised process group: the one torchrun sets up in your own script
 (`torch.distributed.init_process_group()` before `strategies.apply`), or the group of processes
@@ -70,6 +71,7 @@ def apply_fsdp2(run, config) -> dict:
     # that the optimizer can be pointed at the new ones.
     names = {id(p): name for name, p in run.model.named_parameters()}
     reshard = config.fsdp_reshard
+    norms = _shard_running_statistics(run.model, policy)
     for i, block in enumerate(blocks):
         # The last block's backward starts right after its forward: resharding it would only
         # gather the same parameters again.
@@ -89,7 +91,26 @@ def apply_fsdp2(run, config) -> dict:
         "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
         "reduce_dtype": str(policy.reduce_dtype or torch.float32).replace("torch.", ""),
         "reshard_after_forward": reshard,
+        "fp32_groups_beside_running_statistics": norms,
     }
+
+
+def _shard_running_statistics(model, policy) -> int:
+    """A normalization that keeps running statistics (BatchNorm) keeps fp32 parameters beside
+    its fp32 statistics (`weights.py`): its kernel refuses bf16 weights beside them, and FSDP2
+    gathers one dtype per group (bf16 weights elsewhere would mix two). Each becomes a group of
+    its own, gathered in fp32 and kept gathered after forward (a few numbers a channel)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from strategies.weights import has_running_statistics
+
+    norms = [m for m in model.modules()
+             if has_running_statistics(m) and any(True for _ in m.parameters(recurse=False))]
+    keep = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=policy.reduce_dtype,
+                                cast_forward_inputs=False)
+    for module in norms:
+        fully_shard(module, reshard_after_forward=False, mp_policy=keep)
+    return len(norms)
 
 
 def apply(run, config) -> None:

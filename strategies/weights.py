@@ -24,7 +24,7 @@ def apply(run, config) -> None:
         return
     dtype = DTYPES[config.weights]
     cast = 0
-    kept = {id(p) for m in run.model.modules() if _has_running_statistics(m)
+    kept = {id(p) for m in run.model.modules() if has_running_statistics(m)
             for p in m.parameters(recurse=False)}
     for param in run.model.parameters():
         if param.is_floating_point() and param.dtype != dtype and id(param) not in kept:
@@ -36,6 +36,6 @@ def apply(run, config) -> None:
                              "kept_beside_running_statistics": len(kept)}
 
 
-def _has_running_statistics(module: torch.nn.Module) -> bool:
+def has_running_statistics(module: torch.nn.Module) -> bool:
     stats = getattr(module, "running_mean", None)
     return isinstance(stats, torch.Tensor) and stats.is_floating_point()

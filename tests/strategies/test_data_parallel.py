@@ -29,7 +29,10 @@ SCRIPT = textwrap.dedent('''
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3))
+            # NORM=batch: each block normalizes with running statistics (BatchNorm)
+            norm = nn.BatchNorm1d if os.environ.get("NORM") == "batch" else nn.Identity
+            self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), norm(16), nn.Tanh())
+                                        for _ in range(3))
             self.head = nn.Linear(16, 4)
 
         def forward(self, x):
@@ -66,11 +69,11 @@ def test_without_a_process_group_a_parallel_config_is_refused_in_one_line():
         strategies.apply(TuneConfig.from_dict({"parallel": "ddp", "devices": 2}), model)
 
 
-def _torchrun(tmp_path, config: dict, nproc: int) -> dict:
+def _torchrun(tmp_path, config: dict, nproc: int, **env_vars: str) -> dict:
     path = tmp_path / "gputune.toml"
     strategies.save(TuneConfig.from_dict(config), path)
     (tmp_path / "train.py").write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env_vars}
     for attempt in range(2):
         proc = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -96,3 +99,15 @@ def test_an_exported_config_trains_under_torchrun_like_one_process(tmp_path):
     assert two["report"]["blocks"] == 3  # fully_shard on each repeated block, then the root
     # fp32: the sharded reduction sums in another order than one backward pass.
     assert torch.allclose(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=1e-4)
+
+
+def test_fsdp2_with_bf16_weights_trains_a_model_with_batchnorm(tmp_path):
+    """A BatchNorm keeps fp32 parameters beside its fp32 running statistics (bf16 weights cast
+    the rest): FSDP2 gathers one dtype per group, so each becomes a group of its own, gathered
+    in fp32. Both bf16 autocast (FSDP2 gathering bf16) and bf16 weights crashed without it."""
+    fp32 = _torchrun(tmp_path, {"parallel": "fsdp2", "devices": 2}, nproc=2, NORM="batch")
+    half = _torchrun(tmp_path, {"parallel": "fsdp2", "devices": 2, "precision": "bf16",
+                                "weights": "bf16"}, nproc=2, NORM="batch")
+    assert half["report"]["fp32_groups_beside_running_statistics"] == 3
+    assert half["report"]["param_dtype"] == "bfloat16"
+    assert torch.allclose(torch.tensor(half["losses"]), torch.tensor(fp32["losses"]), rtol=0.05)
