@@ -8,7 +8,8 @@ An oracle draws a model (parameters from 100M to 8B, its width, heads, vocabular
 length, default batch), a memory budget (none, one around the lean configuration's peak, or one
 in between), and the true effect of every option value: drawn around the registry's priors with
 their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
-not model: batch gains that shrink with each doubling, an optimizer step of the bytes it moves
+not model: batch gains that shrink with each doubling, a micro-batch's cost per halving drawn
+around the H200's measurements (the registry's prior), an optimizer step of the bytes it moves
 (shared by the micro-batches a step accumulates), CUDA graphs that pay only on short steps,
 float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
 follows its own formula with an error of its own (fp32 SDPA with grouped heads keeping the
@@ -116,6 +117,8 @@ class Oracle:
         # (drawn apart, so that the oracles' other draws stay those of the seed)
         self.bandwidth = truth.bandwidth if truth is not self else float(
             np.random.default_rng([self.seed, 1]).uniform(2.0e12, 3.5e12))
+        self.micro_halving = truth.micro_halving if truth is not self else \
+            self._draw_micro_halving(np.random.default_rng([self.seed, 2]))
         self.ro_fails = bool(r.random() < 0.08)
         self.fp8_fails = bool(r.random() < 0.08)
         self.fp16_diverges = bool(r.random() < 0.15)
@@ -162,6 +165,14 @@ class Oracle:
                 effects[("kernel", kernel, compiled)] = float(m + s * shared)
         return effects
 
+    def _draw_micro_halving(self, r) -> dict[bool, float]:
+        """What each halving of the micro-batch below the default batch costs, eager and
+        compiled: drawn around the micro-batch's prior, sharing one doubt, never a gain."""
+        shared = r.normal()
+        return {compiled: min(0.0, m + s * shared) for compiled in (False, True)
+                for m, s in [OPTIONS["micro_batch_size"].search.prior["/2"].pick(
+                    "cuda", compiled, self.large)]}
+
     def effect(self, key: str, value, compiled: bool) -> float:
         if key in self.inert_options:
             return 0.0
@@ -197,7 +208,7 @@ class Oracle:
         if doublings >= 0:
             total += self.batch_gain * (1 - 0.35 ** doublings) / 0.65
         else:
-            total += 0.05 * doublings
+            total += self.micro_halving[compiled] * -doublings
         if c.compile_mode == "reduce-overhead":
             step_ms = micro * self.seq / math.exp(total) * 1e3
             total += self.ro_host_gain * max(0.0, 1 - step_ms / 150)
@@ -365,7 +376,8 @@ class Oracle:
             doublings = np.log2(m / self.default_batch)
             speed = total + np.where(doublings >= 0,
                                      self.batch_gain * (1 - 0.35 ** doublings) / 0.65,
-                                     0.05 * doublings)
+                                     np.where(compiled, self.micro_halving[True],
+                                              self.micro_halving[False]) * -doublings)
             step_ms = m * self.seq / np.exp(speed) * 1e3
             speed += np.where(v["compile_mode"] == "reduce-overhead",
                               self.ro_host_gain * np.maximum(0.0, 1 - step_ms / 150), 0.0)
