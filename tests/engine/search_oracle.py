@@ -10,7 +10,7 @@ in between), and the true effect of every option value: drawn around the registr
 their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
 not model: batch gains that shrink with each doubling, a micro-batch's cost per halving drawn
 around the H200's measurements (the registry's prior), an optimizer step of the bytes it moves
-(shared by the micro-batches a step accumulates), CUDA graphs that pay only on short steps,
+on top of the forward and backward (shared by the micro-batches a step accumulates), CUDA graphs that pay only on short steps,
 float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
 follows its own formula with an error of its own (fp32 SDPA with grouped heads keeping the
 softmax weights, as on the H200). Recomputation (checkpointing) and optimizer
@@ -225,28 +225,26 @@ class Oracle:
         return self.params * (6 * w + 2 * state) / self.bandwidth
 
     def _step_parts(self, log_speed_one, micro, weights, state):
-        """(one micro-batch's step, its optimizer step, the addition of a micro-batch's
-        gradients into those held: 3 x the weights' bytes a parameter), in seconds; the
-        optimizer step at most half the step (the addition scaled with it)."""
+        """(one micro-batch's forward and backward, the optimizer step, the addition of a
+        micro-batch's gradients into those held: 3 x the weights' bytes a parameter), in
+        seconds. The option's effects and the batch's curve give the forward and backward's
+        throughput; the optimizer step comes on top of it, once a step."""
         one = micro * self.seq / np.exp(log_speed_one)
-        raw = self.optimizer_s(weights, state)
-        opt = np.minimum(raw, one / 2)
+        opt = self.optimizer_s(weights, state)
         add = self.params * 3 * np.where(np.asarray(weights) == "bf16", 2, 4) / self.bandwidth
-        return one, opt, add * opt / raw
+        return one, opt, add
 
     def _accumulated(self, log_speed_one, micro, k, weights, state):
-        """The log speed of k micro-batches per optimizer step, from that of one: each
-        micro-batch's forward and backward repeat and add their gradients; the optimizer step
-        runs once (more micro-batches always pay: the addition moves less than the step)."""
+        """The log speed of a step of k micro-batches, from the forward and backward's of one:
+        each micro-batch's forward and backward repeat and add their gradients; the optimizer
+        step runs once (more micro-batches always pay: the addition moves less than the step;
+        and a smaller micro-batch never runs its forward and backward faster per sample)."""
         one, opt, add = self._step_parts(log_speed_one, micro, weights, state)
-        return log_speed_one + np.log(k * one / (k * (one - opt) + opt + (k - 1) * add))
+        return np.log(k * micro * self.seq / (k * one + opt + (k - 1) * add))
 
     def optimizer_ms(self, c: TuneConfig) -> float:
         """The optimizer step's time in a step of `c`, as the worker measures it."""
-        batch = c.batch_size or self.default_batch
-        micro = c.micro_batch_size or batch
-        one = self.log_speed(c.replace(batch_size=micro, micro_batch_size=0))
-        return float(self._step_parts(one, micro, c.weights, c.optimizer_state)[1]) * 1e3
+        return float(self.optimizer_s(c.weights, c.optimizer_state)) * 1e3
 
     def peak(self, c: TuneConfig) -> float:
         w = 2 if c.weights == "bf16" else 4
