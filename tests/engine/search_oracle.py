@@ -10,8 +10,8 @@ in between), and the true effect of every option value: drawn around the registr
 their deviations (so the priors are honest beliefs, not the truth), plus effects the priors do
 not model: batch gains that shrink with each doubling, a micro-batch's cost per halving drawn
 around the H200's measurements (the registry's prior), an optimizer step of the bytes it moves
-on top of the forward and backward (shared by the micro-batches a step accumulates), CUDA graphs that pay only on short steps,
-float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
+on top of the forward and backward (shared by the micro-batches a step accumulates), CUDA
+graphs that pay only on short steps, float8 that pays with the width, AdamW made inert by torchao's optimizers, and memory that
 follows its own formula with an error of its own (fp32 SDPA with grouped heads keeping the
 softmax weights, as on the H200). Recomputation (checkpointing) and optimizer
 state offloaded to the host never make a step faster: their draws are capped at no gain (the
