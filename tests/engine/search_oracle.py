@@ -168,10 +168,13 @@ class Oracle:
     def _draw_micro_halving(self, r) -> dict[bool, float]:
         """What each halving of the micro-batch below the default batch costs, eager and
         compiled: drawn around the micro-batch's prior, sharing one doubt, never a gain."""
+        prior = OPTIONS["micro_batch_size"].search.prior["/2"]
         shared = r.normal()
-        return {compiled: min(0.0, m + s * shared) for compiled in (False, True)
-                for m, s in [OPTIONS["micro_batch_size"].search.prior["/2"].pick(
-                    "cuda", compiled, self.large)]}
+        drawn = {}
+        for compiled in (False, True):
+            mean, sd = prior.pick("cuda", compiled, self.large)
+            drawn[compiled] = min(0.0, mean + sd * shared)
+        return drawn
 
     def effect(self, key: str, value, compiled: bool) -> float:
         if key in self.inert_options:
