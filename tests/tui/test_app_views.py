@@ -29,7 +29,8 @@ async def test_at_80x24_the_figures_the_status_column_and_after_x_the_verdict_ar
     app, _ = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.session.rows) == 2)
-        await pilot.pause(0.2)
+        # the screen redraws on its own timer: wait for the figures, not a fixed time
+        await wait_for(pilot, lambda: "tokens/s 21k" in screen_text(app))
         assert app.layout_mode == "compact" and app.view == "plots"
         text = screen_text(app)
         assert "tokens/s 21k" in text and "×2.10 baseline" in text  # the row's figures
@@ -41,7 +42,7 @@ async def test_at_80x24_the_figures_the_status_column_and_after_x_the_verdict_ar
         assert app.view == "options" and "Precision" in screen_text(app)
         await pilot.press("x")
         await wait_for(pilot, lambda: bool(app.session.current_result().profile))
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "host-bound" in screen_text(app))
         text = screen_text(app)
         assert app.view == "profile" and "host-bound" in text and "try:" in text
         assert "status" in text and "tokens/s 21k" in text
