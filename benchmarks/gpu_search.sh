@@ -36,6 +36,17 @@ tune() {  # tune NAME WORKLOAD [FLAGS...]
   echo "tune exit $?, wall $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-$name.log"
   grep -v "^\[" "$OUT/tune-$name.log" | tail -22
 }
+merge_hand() {  # the hand recipes' JSONs as one file {run: result}: a call brings back 8 files
+  python3 - "$OUT" "$1" <<'EOF'
+import json, pathlib, sys
+out, section = pathlib.Path(sys.argv[1]), sys.argv[2]
+parts = sorted(out.glob(f"hand-{section}-*.json"))
+runs = {p.stem.removeprefix(f"hand-{section}-"): json.loads(p.read_text()) for p in parts}
+(out / f"hand-{section}-runs.json").write_text(json.dumps(runs, indent=1))
+for p in parts:
+    p.unlink()
+EOF
+}
 c=benchmarks/configs
 case "$section" in
   gpt2)
@@ -49,13 +60,14 @@ case "$section" in
     budget=${section#hf}GiB
     tune "$section" examples.hf_causal_lm:llama --set batch_size=4 --max-memory "$budget"
     python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 \
-      --json "$OUT/hand-$section.json" > "$OUT/hand-$section.log" 2>&1
+      --json "$OUT/hand-$section-a.json" > "$OUT/hand-$section.log" 2>&1
     python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 \
       --json "$OUT/hand-$section-b.json" >> "$OUT/hand-$section.log" 2>&1
     for micro in 2 1; do  # the same, accumulating where the whole batch does not fit
       python3 benchmarks/hand_recipe.py --workload hf-llama --batch-size 4 --micro-batch $micro \
         --json "$OUT/hand-$section-micro$micro.json" >> "$OUT/hand-$section.log" 2>&1
     done
+    merge_hand "$section"
     grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
   llama16|llama24)
     tune "$section" llama-1b --set batch_size=4 --max-memory "${section#llama}GiB"
@@ -64,6 +76,7 @@ case "$section" in
         $([ "${run#micro}" != "$run" ] && echo --micro-batch "${run#micro}") \
         --json "$OUT/hand-$section-$run.json" >> "$OUT/hand-$section.log" 2>&1
     done
+    merge_hand "$section"
     grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
   vision)
     tune vision torchvision:resnet50

@@ -74,6 +74,28 @@ def test_the_checkout_imports_gputune_kernels_as_the_gpu_scripts_do(tmp_path):
     assert Path(proc.stdout.strip()).resolve() == (ROOT / "kernels" / "__init__.py").resolve()
 
 
+def test_without_hugging_faces_kernels_the_folder_reads_as_a_shadow_not_an_install():
+    """From the checkout's root where Hugging Face's `kernels` is not installed (the H200's
+    transformers 5.17): transformers imports the name it finds to read its version, and takes a
+    module without a version or a file for a folder shadowing it; an ImportError there had
+    ended its import, and every Hugging Face model's run with it."""
+    code = (
+        "import importlib, importlib.util\n"
+        "assert importlib.util.find_spec('kernels') is not None\n"  # the folder, by its name
+        "m = importlib.import_module('kernels')\n"
+        "assert getattr(m, '__version__', 'N/A') == 'N/A' and getattr(m, '__file__', 0) is None\n"
+        "try:\n"
+        "    m.use_kernel_forward_from_hub\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    # -S: without site-packages, where Hugging Face's package would be
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels package is not installed" in proc.stdout
+
+
 @pytest.mark.slow
 def test_gputune_installs_beside_hugging_faces_kernels(tmp_path):
     """Both import by their own names in one environment, and both work."""
