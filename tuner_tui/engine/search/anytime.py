@@ -454,8 +454,9 @@ class AnytimeSearch(SearchStrategy):
         step = self._step_s(parent, child, guess.mean - parent.mean)
         return guess, step, self._trial_s(child, step, history)
 
-    def _trial_s(self, config: TuneConfig, step_s: float | None, history: History) -> float:
-        seconds = self.times.trial_s(config, step_s)
+    def _trial_s(self, config: TuneConfig, step_s: float | None, history: History,
+                 cached: bool = False) -> float:
+        seconds = self.times.trial_s(config, step_s, cached=cached)
         if not computes_reference(config) and not self.reference_ready(config):
             base = history.get(self.space.start())
             fp32_step = ((base.step_ms or 0) / 1e3 * self._batch(config) / self._batch(base.tune_config)
@@ -488,7 +489,11 @@ class AnytimeSearch(SearchStrategy):
                 # trust: the check must fit.
                 # A compile of a kind not measured yet must fit as long as the measured one.
                 doubt_s = self.times.unmeasured_compile_doubt_s(child)
-                if available is not None and (seconds + doubt_s > available or (
+                # Ranked by a cold compile (`timing.py` says why), but a graph compiled before
+                # comes from the cache: where no cold compile fits in the time left, a move
+                # outside the graph (more micro-batches accumulated, another AdamW) still does.
+                fit_s = self._trial_s(child, step, history, cached=True)
+                if available is not None and (fit_s + doubt_s > available or (
                         check_s and seconds + check_s > available
                         and numerics_class(dict(child.values)) not in verified)):
                     continue
