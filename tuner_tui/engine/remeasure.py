@@ -51,6 +51,10 @@ def leaders(eligible: Sequence[TrialResult], limit: int = MAX_LEADERS) -> list[T
     return chosen
 
 
+OUT_OF_TIME = "out-of-time"
+"""A repeat's status where the time budget ended it or left no room for it."""
+
+
 @dataclass
 class Remeasured:
     """One leader: its first measurement and its interleaved repeats. The first measurement
@@ -65,6 +69,10 @@ class Remeasured:
 
     def failed(self) -> TrialResult | None:
         return next((r for r in self.repeats if r.status != "ok" or not r.tokens_per_s), None)
+
+    def out_of_time(self) -> bool:
+        """A repeat the time budget ended or left no room for."""
+        return any(r.status == OUT_OF_TIME for r in self.repeats)
 
     def runs(self) -> list[TrialResult]:
         return [self.original, *self.repeats]
@@ -124,6 +132,8 @@ class Verdict:
     fastest: Remeasured | None = None
     disturbed: bool = False
     """A leader's runs disagreed beyond their spread: the first measurements decided."""
+    out_of_time: bool = False
+    """The time budget ended a leader's repeats: the first measurements decided."""
 
     def text(self) -> str:
         """e.g. "re-measured interleaved: A 504k ±1.2%, B 498k ±0.9%: tie, A wins as the
@@ -143,6 +153,9 @@ class Verdict:
                 "first counted): " + ", ".join(figures))
         if self.winner is None:
             return head + ": every repeat failed"
+        if self.out_of_time:
+            return head + (f": the time budget ended the repeats, no verdict; the first "
+                           f"measurements decide: {self.winner.label}")
         if self.disturbed:
             return head + (f": disturbed, no verdict; the first measurements decide: "
                            f"{self.winner.label}")
@@ -163,13 +176,14 @@ class Verdict:
             "winner": self.winner.label if self.winner else None,
             "tie": self.tie,
             "disturbed": self.disturbed,
+            "out_of_time": self.out_of_time,
             "text": self.text(),
         }
 
     def contradicts_first(self) -> bool:
         """The repeats name another winner than the first measurements did, and the first
         measurements were not a tie: a third run must settle it."""
-        if self.winner is None or self.tie or self.disturbed:
+        if self.winner is None or self.tie or self.disturbed or self.out_of_time:
             return False
         first = max(self.candidates, key=lambda c: c.original.tokens_per_s or 0)
         if first.original is self.winner:
@@ -190,14 +204,18 @@ def decide(candidates: list[Remeasured]) -> Verdict:
     the simplest of those tied (fewer options changed, then less peak memory). Where a leader's
     runs were disturbed, no verdict: the first measurements decide, ties to the simpler."""
     ran = [c for c in candidates if c.tokens_per_s]
+    late = any(c.out_of_time() for c in candidates)
+    if late:  # (a leader the time budget cut short is still a leader)
+        ran = [c for c in candidates if c.tokens_per_s or c.out_of_time()]
     if not ran:
         return Verdict(candidates, None)
-    if any(c.disturbed() for c in ran):
+    if late or any(c.disturbed() for c in ran):
         first = max(ran, key=lambda c: c.original.tokens_per_s)
         tied = [c for c in ran if c is first or 1 - c.original.tokens_per_s / first.original.tokens_per_s
                 < noise.tie_gap(noise.spread(c.original) or 0, noise.spread(first.original) or 0)]
         winner = _simplest(tied, lambda c: c.original.tokens_per_s)
-        return Verdict(candidates, winner.original, tie=len(tied) > 1, fastest=first, disturbed=True)
+        return Verdict(candidates, winner.original, tie=len(tied) > 1, fastest=first,
+                       disturbed=not late, out_of_time=late)
     fastest = max(ran, key=lambda c: c.tokens_per_s)
     tied = [c for c in ran if c is fastest
             or 1 - c.tokens_per_s / fastest.tokens_per_s < noise.tie_gap(c.spread, fastest.spread)]
