@@ -39,7 +39,10 @@ SDPA, compile; benchmarks/results/h200-2026-12-03/graph-cache): 28.3 s cold, the
 (0.11-0.14) for another AdamW, no clipping, batch 32 accumulated from micro-batches of 16, and
 the first configuration again; batch 32 whole, a new shape, 23.3 s. The re-measures of the
 1.3B Llamas with float8 and CUDA graphs (search-*, start and steps taken off their walls):
-0.4 to 0.6. At 0.2, a re-measure planned to fit in 89 s took 147 s."""
+0.4 to 0.6. At 0.2, a re-measure planned to fit in 89 s took 147 s. The HF Llama with float8, CUDA
+graphs and checkpointing every other block re-measured at about 1.1 (h200-2026-12-04/
+search-hf16-cached-fit): a plan, not a promise; the re-measure is stopped at the budget's end
+(`leaders.GRACE_S`)."""
 
 
 def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
