@@ -66,7 +66,7 @@ def test_config_the_cpu_cannot_run_is_refused_before_any_run(gputune, tmp_path):
 @pytest.mark.parametrize(
     "workload, words",
     [
-        ("user_workloads:missing", ["has no function 'missing'"]),
+        ("user_workloads:missing", ["has no function 'missing'", "its functions: ", "tiny_mlp,"]),
         ("user_workloads:not_a_workload", ["returned dict", "expected", "Workload"]),
         ("user_workloads:raises", ["raised RuntimeError: dataset server unreachable"]),
     ],

@@ -272,7 +272,10 @@ def load(
         ) from None
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise WorkloadError(f"workload {name!r}: {module_name} has no function {func_name!r}")
+        own = sorted(n for n, f in vars(module).items() if inspect.isfunction(f)
+                     and not n.startswith("_") and f.__module__ == module.__name__)
+        raise WorkloadError(f"workload {name!r}: {module_name} has no function {func_name!r}; "
+                            f"its functions: {', '.join(own) or 'none'}")
     params = inspect.signature(func).parameters
     offered = {"seed": seed, "seq_len": seq_len, "data": data, "device": device}
     kwargs = {k: v for k, v in offered.items() if k in params}
