@@ -248,6 +248,33 @@ def test_repeats_that_overturn_the_first_measurements_get_a_third_round():
     assert verdict.winner is b and not verdict.disturbed
 
 
+def test_a_round_the_time_budget_cuts_short_is_dropped_and_the_whole_ones_decide():
+    a = _run("a", 100.0, spread=0.01, config={"precision": "bf16"})
+    b = _run("b", 95.0, spread=0.01)
+
+    def late(label):
+        return TrialResult(config=(a if label == "a" else b).config, label=label,
+                           status=remeasure.OUT_OF_TIME, message="not run: the time budget ended")
+
+    def rounds(cut_at):
+        calls = []
+
+        def run(config, index, total):
+            label = "a" if config.precision == "bf16" else "b"
+            calls.append(label)
+            if len(calls) >= cut_at:
+                return late(label)
+            return _run(label, {"a": 100.0, "b": 95.0}[label], spread=0.01)
+        return remeasure.remeasure([a, b], run, repeats=2)
+
+    kept = rounds(cut_at=4)  # round two's second run cut: round one decides
+    assert not kept.out_of_time and kept.winner is a and "faster by" in kept.text()
+    assert all(len(c.repeats) == 1 for c in kept.candidates)
+    cut = rounds(cut_at=2)  # round one cut: the first measurements decide
+    assert cut.out_of_time and cut.winner is a
+    assert "the time budget ended the repeats" in cut.text()
+
+
 def test_one_fp32_reference_pass_per_workload_key_across_searches(tmp_path):
     o = Oracle(11, budget_kind="none", fault_rate=0.0)
     refs = ReferenceCache(tmp_path / "refs")

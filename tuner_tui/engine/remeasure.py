@@ -252,11 +252,26 @@ def remeasure(
         if n and not round_fits():
             break
         round_(total)
+    _drop_cut_round(candidates)
     verdict = decide(candidates)
     if third and verdict.contradicts_first() and round_fits():
         round_(total + len(candidates))
         verdict = decide(candidates)
     return verdict
+
+
+def _drop_cut_round(candidates: list[Remeasured]) -> None:
+    """Where the time budget cut a round short after a whole one ran, the verdict rests on the
+    whole rounds (the cut one's runs are dropped); cut in the first, the first measurements
+    decide (`decide`)."""
+    whole = 0
+    for i in range(min(len(c.repeats) for c in candidates)):
+        if any(c.repeats[i].status == OUT_OF_TIME for c in candidates):
+            break
+        whole += 1
+    if whole and any(c.out_of_time() for c in candidates):
+        for c in candidates:
+            del c.repeats[whole:]
 
 
 def fitting(leading: Sequence[TrialResult], repeats: int,
