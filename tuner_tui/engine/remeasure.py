@@ -256,6 +256,7 @@ def remeasure(
     verdict = decide(candidates)
     if third and verdict.contradicts_first() and round_fits():
         round_(total + len(candidates))
+        _drop_cut_round(candidates)
         verdict = decide(candidates)
     return verdict
 
