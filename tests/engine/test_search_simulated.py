@@ -513,3 +513,18 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
             assert "the time budget ended the repeats" in verdict.text()
             assert outcome.recommendation.label == verdict.winner.label
     assert cut >= 1  # (the case happens in these oracles)
+
+
+def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end(tmp_path):
+    """Near the end a move outside the compiled answer's graph is let in where its compile from
+    the cache fits in the time left; where the cache does not help (warm compiles as long as
+    cold), it is stopped GRACE_S past the budget. These four oracles' last moves ran 31-78 s past
+    five minutes before."""
+    from tuner_tui.engine.search.leaders import GRACE_S
+
+    for seed in (133, 234, 249, 278):
+        o = Oracle(seed, fault_rate=0.0, warm_share=(1.0, 1.3))
+        outcome, _, clock = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
+        end = max(e["ended_s"] for e in outcome.timeline)
+        assert end <= FIVE_MINUTES + GRACE_S + 5, f"seed {seed}: ended at {end:.0f} s"
+        assert outcome.recommendation is not None

@@ -44,7 +44,7 @@ from tuner_tui.engine.search.anytime import AnytimeSearch
 from tuner_tui.engine.search.proposal import Proposal
 from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
 from tuner_tui.engine.search.history import History
-from tuner_tui.engine.search.leaders import LeaderRemeasure
+from tuner_tui.engine.search.leaders import GRACE_S, LeaderRemeasure
 from tuner_tui.engine.search.memory import (
     estimate, measured_peak, parameter_count, pareto_front, prior_estimate,
 )
@@ -313,7 +313,12 @@ class Search:
         self._begin(config, why)
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
-        result = self.run_trial(config, reference, steps, timeout=self.timeout(seconds))
+        timeout = self.timeout(seconds)
+        if self.plan.budget_s and seconds > self.time_left():
+            # Let in on a compile from the cache (`anytime`): where it compiles cold after all
+            # (an HF Llama's repeat on the H200), it is stopped at the budget's end.
+            timeout = min(timeout, max(0.0, self.time_left()) + GRACE_S)
+        result = self.run_trial(config, reference, steps, timeout=timeout)
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
