@@ -497,7 +497,7 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
     compiles as long as cold (an HF Llama with float8 and CUDA graphs on the H200 ran 37 s past
     five minutes), no repeat starts once it no longer fits, one is stopped at the budget's end
     plus GRACE_S, and the first measurements decide."""
-    from tuner_tui.engine.search.leaders import GRACE_S
+    from tuner_tui.engine.search.driver import GRACE_S
 
     cut = 0
     for seed in range(40):
@@ -520,7 +520,7 @@ def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end
     the cache fits in the time left; where the cache does not help (warm compiles as long as
     cold), it is stopped GRACE_S past the budget. These four oracles' last moves ran 31-78 s past
     five minutes before."""
-    from tuner_tui.engine.search.leaders import GRACE_S
+    from tuner_tui.engine.search.driver import GRACE_S
 
     for seed in (133, 234, 249, 278):
         o = Oracle(seed, fault_rate=0.0, warm_share=(1.0, 1.3))

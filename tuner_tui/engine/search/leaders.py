@@ -16,11 +16,6 @@ from tuner_tui.engine.table import summary
 
 REMEASURED_LEADERS = 2
 """The leaders re-measured: the best and the closest one behind it."""
-GRACE_S = 10.0
-"""A repeat may run this far past the time budget before it is stopped. The first measurements
-stand without it: a repeat of a 1.3B Llama with float8 and CUDA graphs, planned with a compile
-from the cache, compiled as long as cold (H200, 103 s for 50 planned) and the two leaders' repeats
-ended 37 s past a five-minute budget."""
 
 
 class LeaderRemeasure:
@@ -99,10 +94,8 @@ class LeaderRemeasure:
                 if s.plan.budget_s and expected > s.time_left():
                     result = out_of_time(config, "not run: the time budget ended")
                 else:
-                    timeout = s.timeout(expected)
-                    if s.plan.budget_s:
-                        timeout = min(timeout, max(0.0, s.time_left()) + GRACE_S)
-                    result = s.run_trial(config, (), steps, early_stop=False, timeout=timeout)
+                    result = s.run_trial(config, (), steps, early_stop=False,
+                                         timeout=s.timeout(expected, by_budget_end=True))
                     if s.plan.budget_s and result.status != "ok" and s.time_left() <= 0:
                         result = out_of_time(config, "stopped at the end of the time budget")
             except Exception as exc:
