@@ -16,7 +16,7 @@ from strategies.config import ConfigError, format_of, parse_assignments, read
 from strategies.files import ReadError, WriteError, check_writable, open_regular
 from strategies.registry import MAX_BATCH_SIZE, OPTIONS
 from tuner_tui import __version__
-from tuner_tui.engine import workload_kinds
+from tuner_tui.engine import remeasure, workload_kinds
 from tuner_tui.engine.paths import module_exists
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -166,7 +166,8 @@ def build_parser() -> Parser:
     add_format_option(bench, "--export")
     bench.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                        help="give up on a configuration after this many seconds (default 900)")
-    add_trust_options(bench, "before --export names the best, the two leaders (when close) are")
+    add_trust_options(bench, "before --export names the best, the two leaders (when close) are",
+                      remeasure.REPEATS)
     bench.add_argument("--store", metavar="FILE", help="the result store (default: "
                        "$GPUTUNE_HOME/results.sqlite3 or ~/.cache/gputune/results.sqlite3)")
     add_profile_options(bench, "every row")
@@ -195,14 +196,14 @@ def check_formats(args, path: str | None, flag: str) -> tuple[str, ...]:
     return trainers
 
 
-def add_trust_options(p: argparse.ArgumentParser, who: str) -> None:
+def add_trust_options(p: argparse.ArgumentParser, who: str, repeats: int) -> None:
     p.add_argument("--fresh", action="store_true", help="measure every configuration again "
                    "instead of reusing results stored by this code on this machine (the new "
                    "results are still stored)")
-    p.add_argument("--remeasure", type=int, default=2, metavar="N",
+    p.add_argument("--remeasure", type=int, default=repeats, metavar="N",
                    help=f"{who} re-measured N times each, interleaved, each run in a fresh "
                         "process; a difference within the spread is a tie, won by the simpler "
-                        "configuration (default 2; 0: off)")
+                        f"configuration (default {repeats}; 0: off)")
 
 
 def add_tune_parser(sub) -> Parser:
@@ -248,8 +249,8 @@ def add_tune_parser(sub) -> Parser:
                       "recommendation as JSON")
     tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                       help="give up on a trial after this many seconds (default 900)")
-    add_trust_options(tune, "after the search, the leaders (up to 3 within a few spreads of "
-                      "the best) are")
+    add_trust_options(tune, "after the search, the two leaders (when close) are",
+                      remeasure.SEARCH_REPEATS)
     add_profile_options(tune, "every trial as it is measured (the report shows the leading "
                         "rows'; the search tries first what addresses the best's bottleneck)")
     return tune

@@ -615,8 +615,9 @@ class OracleExecutor:
 
 
 def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=None, fixed=None,
-             store_path=None, references=None, remeasure_repeats: int = 2):
-    """One search on the oracle; (outcome, executor, clock)."""
+             store_path=None, references=None, remeasure_repeats: int | None = None):
+    """One search on the oracle; (outcome, executor, clock). `remeasure_repeats`: the plan's
+    default (tune's) where None."""
     import io
 
     from tuner_tui.engine.reference_cache import ReferenceCache
@@ -628,7 +629,8 @@ def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=N
     plan = SearchPlan(protocol.WorkerSpec(workload=f"oracle-{oracle.seed}", device="cuda"),
                       max_memory_bytes=oracle.budget, budget_s=budget_s, steps=20, warmup_steps=5,
                       choices=dict(choices or {}), fixed=dict(fixed or {}),
-                      remeasure_repeats=remeasure_repeats)
+                      **({} if remeasure_repeats is None else
+                         {"remeasure_repeats": remeasure_repeats}))
     store = ResultStore(store_path or tmp_path / f"store-{oracle.seed}.sqlite3",
                         on_problem=lambda message: None)
     refs = references or ReferenceCache(tmp_path / f"refs-{oracle.seed}")

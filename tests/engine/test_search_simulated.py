@@ -30,7 +30,7 @@ from tuner_tui.engine.search.expert import memory_moves
 FIVE_MINUTES = 300.0
 MEAN_REGRET = 0.10
 """The mean regret at five minutes each fifty of these searches stays under (over the 200: about
-6.5% since the micro-batch's cost follows the H200's measurements and the optimizer step comes on
+6.3% since the micro-batch's cost follows the H200's measurements and the optimizer step comes on
 top of the forward and backward; docs/search.md says what is measured, and why the issue's 2% is
 not reached at five minutes for models of a billion parameters and more)."""
 

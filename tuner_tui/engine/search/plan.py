@@ -33,7 +33,7 @@ class SearchPlan:
     trace_dir: str | None = None
     early_stop_ratio: float = 1.25
     """A trial whose throughput after a few steps is below the best's divided by this stops."""
-    remeasure_repeats: int = remeasure.REPEATS
+    remeasure_repeats: int = remeasure.SEARCH_REPEATS
     """Interleaved runs per leader before the winner is named; 0: none."""
     fresh: bool = False
     """Measure every trial again: stored results are not reused (new ones are still stored)."""
