@@ -492,6 +492,18 @@ def test_the_leaders_re_measure_ends_with_the_time_budget(tmp_path):
         assert not late, f"seed {seed}: a re-measure ran to {late[-1]['ended_s']:.0f} s"
 
 
+def test_leaders_found_after_a_verdict_and_not_re_measured_are_named(tmp_path):
+    # (ResNet-50 on the H200: a verdict on two leaders, then a trial that made two new ones with
+    # no time left; "the leaders were not re-measured" beside the verdict read as a contradiction)
+    o = Oracle(26, fault_rate=0.0)  # an oracle where it happens
+    outcome, _, _ = simulate(o, tmp_path, FIVE_MINUTES)
+    assert outcome.remeasured is not None
+    names = outcome.remeasure_note.split("the leaders (", 1)[1].split(") were not re-measured")[0]
+    verdict_on = {c.label for c in outcome.remeasured.candidates}
+    named = set(names.split(" and "))
+    assert len(named) == 2 and named != verdict_on
+
+
 def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_budget(tmp_path):
     """The leaders' re-measure is planned with a compile from the cache; where the repeat
     compiles as long as cold (an HF Llama with float8 and CUDA graphs on the H200 ran 37 s past

@@ -67,9 +67,12 @@ class LeaderRemeasure:
         plan = self.plan(left)
         if plan is None:
             needed = sum(self.repeat_s(r) for r in leading)
+            # After a verdict, name the leaders this note is about: a later trial made them
+            which = (" (" + " and ".join(r.label for r in leading) + ")") if self.verdicts else ""
             self.note = (
-                f"time budget: the leaders were not re-measured ({fmt.clock(max(0.0, left))} "
-                f"left, about {fmt.clock(needed)} needed); the first measurements decide")
+                f"time budget: the leaders{which} were not re-measured "
+                f"({fmt.clock(max(0.0, left))} left, about {fmt.clock(needed)} needed); the "
+                "first measurements decide")
             s.say(self.note)
             return False
         leading, repeats, cost = plan
