@@ -25,12 +25,13 @@ from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search import report, write_json
+from tuner_tui.engine.search.driver import GRACE_S
 from tuner_tui.engine.search.expert import memory_moves
 
 FIVE_MINUTES = 300.0
 MEAN_REGRET = 0.10
 """The mean regret at five minutes each fifty of these searches stays under (over the 200: about
-5.8% since the micro-batch's cost follows the H200's measurements and the optimizer step comes on
+5.0% since the micro-batch's cost follows the H200's measurements and the optimizer step comes on
 top of the forward and backward; docs/search.md says what is measured, and why the issue's 2% is
 not reached at five minutes for models of a billion parameters and more)."""
 
@@ -511,21 +512,25 @@ def test_the_failed_compile_of_the_expert_is_not_chased_through_its_eager_varian
 def test_the_leaders_re_measure_ends_with_the_time_budget(tmp_path):
     # A re-measured configuration compiles again from the cache in 0.1 to 0.6 of its first
     # compile (as on the H200, where a re-measure planned for 89 s took 147 s): a round that
-    # no longer fits in the time left, as long as the last one took, is not run.
+    # no longer fits in the time left, as long as the last one took, is not run, and a repeat
+    # still running GRACE_S past the budget is stopped.
     for seed in range(25):
         o = Oracle(seed, fault_rate=0.0)
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         late = [e for e in outcome.timeline
-                if e["kind"] == "remeasure" and e["ended_s"] > FIVE_MINUTES + 5]
+                if e["kind"] == "remeasure" and e["ended_s"] > FIVE_MINUTES + GRACE_S]
         assert not late, f"seed {seed}: a re-measure ran to {late[-1]['ended_s']:.0f} s"
 
 
 def test_leaders_found_after_a_verdict_and_not_re_measured_are_named(tmp_path):
     # (ResNet-50 on the H200: a verdict on two leaders, then a trial that made two new ones with
     # no time left; "the leaders were not re-measured" beside the verdict read as a contradiction)
-    o = Oracle(26, fault_rate=0.0)  # an oracle where it happens
-    outcome, _, _ = simulate(o, tmp_path, FIVE_MINUTES)
-    assert outcome.remeasured is not None
+    for seed in range(200):  # the first oracle where it happens
+        outcome, _, _ = simulate(Oracle(seed, fault_rate=0.0), tmp_path / str(seed), FIVE_MINUTES)
+        if outcome.remeasured is not None and "not re-measured" in outcome.remeasure_note:
+            break
+    else:
+        pytest.fail("no search re-measured leaders and then found new ones")
     names = outcome.remeasure_note.split("the leaders (", 1)[1].split(") were not re-measured")[0]
     verdict_on = {c.label for c in outcome.remeasured.candidates}
     named = set(names.split(" and "))
@@ -537,7 +542,6 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
     compiles as long as cold (an HF Llama with float8 and CUDA graphs on the H200 ran 37 s past
     five minutes), no repeat starts once it no longer fits, one is stopped at the budget's end
     plus GRACE_S, and the first measurements decide."""
-    from tuner_tui.engine.search.driver import GRACE_S
 
     cut = 0
     for seed in range(40):
@@ -560,7 +564,6 @@ def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end
     the cache fits in the time left; where the cache does not help (warm compiles as long as
     cold), it is stopped GRACE_S past the budget. These four oracles' last moves ran 31-78 s past
     five minutes before."""
-    from tuner_tui.engine.search.driver import GRACE_S
 
     for seed in (133, 234, 249, 278):
         o = Oracle(seed, fault_rate=0.0, warm_share=(1.0, 1.3))
