@@ -5,6 +5,7 @@ the CPU). The search's logic is tested by simulation in test_search_simulated.py
 import dataclasses
 import io
 import json
+import math
 import subprocess
 import sys
 
@@ -21,7 +22,9 @@ from tuner_tui.engine.search import (
     AnytimeSearch, History, Search, SearchPlan, default_space, estimate_peak,
     parse_bytes, parse_choices, pareto_front,
 )
+from tuner_tui.engine.search.anytime import _moved
 from tuner_tui.engine.search.executor import WorkerExecutor
+from tuner_tui.engine.search.expert import variant
 from tuner_tui.engine.search.priors import Context
 from tuner_tui.engine.store import ResultStore
 from shared_runs import SHARED_GPT2_WORKER
@@ -195,6 +198,29 @@ def test_the_expert_recipe_is_what_an_expert_writes_for_the_machine_and_model():
     history.add(cpu.start(), _measured(cpu.start(), 5e3))
     on_cpu = AnytimeSearch(cpu, Context("cpu", default_batch=8)).next(history).config
     assert on_cpu.precision == "fp32" and on_cpu.attention == "sdpa" and not on_cpu.fused_kernels
+
+
+def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
+    """After the compiled recipe (480k), an eager variant of it is one option (the kernels) from
+    the eager recipe measured at 200k: it is predicted from that measurement, not from the
+    compiled one by the compile prior's wide doubt (a short eager trial each, after a compile,
+    on the H200 and in the simulation)."""
+    space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    eager, compiled = (p.config for p in _recipes(strategy, history))
+    history.add(compiled, _measured(compiled, 480e3, compile_s=25.0))
+    strategy.observe(compiled, history.get(compiled), 40.0, history)
+    parent = strategy._measured(history.get(compiled))
+    child = variant(space, compiled, compile_mode="off")
+    assert child not in history and len(_moved(eager, child)) == 1
+    keys = _moved(compiled, child)
+    from_parent = strategy._predict(parent, child, keys)
+    guess, _, _ = strategy._estimate(parent, child, keys, history)
+    assert guess.sd < from_parent.sd
+    assert abs(guess.mean - math.log(200e3)) < abs(from_parent.mean - math.log(200e3))
+    assert math.exp(guess.mean) < 300e3
 
 
 def test_after_the_recipe_each_next_trial_is_a_move_from_the_best_weighed_by_its_cost():
