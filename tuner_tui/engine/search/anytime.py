@@ -228,16 +228,17 @@ class AnytimeSearch(SearchStrategy):
 
     def _scouted(self, history: History) -> TuneConfig:
         """The compiled recipe with each scout's change that ran faster than the eager recipe,
-        where it likely still fits (without float8 where its scout failed). Where the two differ
-        by less than their spread (a tie), the change's prior under compile decides."""
+        where it likely still fits, and with the eager recipe's values where a scout failed
+        (float8 that does not run here). Where the two differ by less than their spread (a
+        tie), the change's prior under compile decides."""
         config = self.expert
         eager = history.get(self.eager)
         for scout in self.scouts:
             ran = history.get(scout)
             moved = _moved(self.eager, scout)
-            if moved == ("fp8",):  # it failed here: the compiled recipe goes without it
-                if ran is not None and ran.status in FAILED:
-                    config = variant(self.space, config, fp8="off") or config
+            if ran is not None and ran.status in FAILED:  # (float8 that does not run here)
+                config = variant(self.space, config, **{k: self.eager[k] for k in moved}) \
+                    or config
                 continue
             if ran is None or ran.status != "ok" or not ran.tokens_per_s:
                 continue
