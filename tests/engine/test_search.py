@@ -469,6 +469,7 @@ def test_a_trial_clearly_slower_than_the_best_is_stopped_early(gpt2_worker):
     # Stopped once 3 steps were measured; the steps already queued (the host runs ahead) count.
     assert result.status == "stopped" and 3 <= result.measured_steps < 8
     assert "clearly slower" in result.message and result.tokens_per_s > 0
+    assert "stop line 0.0 ms (the best's throughput at this batch" in result.message
 
 
 def test_tune_command_end_to_end(gputune, home, tmp_path):

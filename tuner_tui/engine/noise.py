@@ -110,7 +110,7 @@ def settled(times: Sequence[float]) -> bool:
 def clearly_slower(times: Sequence[float], threshold_ms: float, reference_spread: float = 0.0,
                    min_steps: int = STOP_MIN_STEPS) -> bool:
     """The early stop's test: over at least `min_steps` (and STOP_MIN_STEPS) measured steps,
-    even the faster quartile of `times` is slower than `threshold_ms` (the best's median) by
+    even the faster quartile of `times` is slower than `threshold_ms` (the stop line) by
     more than the two spreads combined (`tie_gap`). A median of three readings, one of them a
     hiccup, is not enough: a noisy host then stops configurations as fast as the best."""
     if len(times) < max(min_steps, STOP_MIN_STEPS) or threshold_ms <= 0:

@@ -433,8 +433,9 @@ class Worker:
             message=result.message or (
                 f"stopped after {result.measured_steps} measured steps, clearly slower than the "
                 f"best: even its faster quarter of steps ({result.step_ms_q1:.1f} ms) is slower "
-                f"than the best's median {cmd.stop_if_slower_than_ms:.1f} ms by more than the "
-                f"combined spread (±{gap:.1%})"
+                f"than the stop line {cmd.stop_if_slower_than_ms:.1f} ms (the best's throughput "
+                f"at this batch, less the early stop's margin) by more than the combined spread "
+                f"(±{gap:.1%})"
             ),
         )
 
