@@ -249,7 +249,8 @@ def add_tune_parser(sub) -> Parser:
                       "recommendation as JSON")
     tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
                       help="give up on a trial after this many seconds (default 900)")
-    add_trust_options(tune, "after the search, the two leaders (when close) are",
+    add_trust_options(tune, "after the search, the two leaders (when close; under a time budget, "
+                      "unless a trial expects more per second) are",
                       remeasure.SEARCH_REPEATS)
     add_profile_options(tune, "every trial as it is measured (the report shows the leading "
                         "rows'; the search tries first what addresses the best's bottleneck)")

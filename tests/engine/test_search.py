@@ -223,6 +223,25 @@ def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
     assert math.exp(guess.mean) < 300e3
 
 
+def test_a_move_worth_more_per_second_than_the_leaders_re_measure_takes_its_time():
+    """The time kept for re-measuring the leaders goes to a move only where the move expects
+    more per second than the re-measure is worth."""
+    space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
+    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    _, compiled = (p.config for p in _recipes(strategy, history))
+    history.add(compiled, _measured(compiled, 480e3, compile_s=25.0))
+    strategy.observe(compiled, history.get(compiled), 40.0, history)
+    strategy.time_available = lambda: 1.0  # the time left, less the re-measure's 300 s
+    assert strategy.next(history) is None
+    strategy.remeasure_worth = lambda: (0.5, 300.0)  # the leaders may be 50% apart
+    assert strategy.next(history) is None
+    strategy.remeasure_worth = lambda: (1e-4, 300.0)
+    move = strategy.next(history)
+    assert move is not None and move.score / move.trial_s > 1e-4 / 300.0
+
+
 def test_after_the_recipe_each_next_trial_is_a_move_from_the_best_weighed_by_its_cost():
     space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
     strategy = AnytimeSearch(space, Context("cuda", default_batch=16))

@@ -83,7 +83,8 @@ class AnytimeSearch(SearchStrategy):
     (None: no limit); `reference_ready(config)` whether the fp32 reference's losses at its batch
     are known (else its trial includes the reference's run); `reference_check_s(config)` what
     checking its loss will take should it become the best (0 where no check is needed: at the
-    run's batch, or numerics already checked)."""
+    run's batch, or numerics already checked); `remeasure_worth()` what the leaders'
+    re-measure that `time_available` keeps time for is worth and takes (None: none is due)."""
 
     def __init__(self, space: SearchSpace, ctx: Context, *, items_per_sample: int = 1,
                  budget_bytes: int | None = None, device_bytes: int | None = None,
@@ -91,7 +92,9 @@ class AnytimeSearch(SearchStrategy):
                  times: TrialTimes | None = None,
                  time_available: Callable[[], float | None] = lambda: None,
                  reference_ready: Callable[[TuneConfig], bool] = lambda c: True,
-                 reference_check_s: Callable[[TuneConfig], float] = lambda c: 0.0) -> None:
+                 reference_check_s: Callable[[TuneConfig], float] = lambda c: 0.0,
+                 remeasure_worth: Callable[[], tuple[float, float] | None] = lambda: None
+                 ) -> None:
         super().__init__(space)
         self.ctx = ctx
         self.items_per_sample = items_per_sample
@@ -102,6 +105,7 @@ class AnytimeSearch(SearchStrategy):
         self.time_available = time_available
         self.reference_ready = reference_ready
         self.reference_check_s = reference_check_s
+        self.remeasure_worth = remeasure_worth
         self.proposals: dict[str, Proposal] = {}
         self._singles: dict[TuneConfig, list] = {}
         self.expert: TuneConfig | None = None
@@ -506,6 +510,7 @@ class AnytimeSearch(SearchStrategy):
         bottleneck = (incumbent.profile or {}).get("bottleneck") if incumbent is not None else None
         available = self.time_available()
         verified = {numerics_class(dict(r.tune_config.values)) for r in history.all() if r.loss_ok}
+        worth = self.remeasure_worth() if available is not None else None
         seen: set[str] = set()
         pool: list[tuple[float, Proposal]] = []
         for parent in self._parents(history):
@@ -529,9 +534,8 @@ class AnytimeSearch(SearchStrategy):
                 # comes from the cache: where no cold compile fits in the time left, a move
                 # outside the graph (more micro-batches accumulated, another AdamW) still does.
                 fit_s = self._trial_s(child, step, history, cached=True)
-                if available is not None and (fit_s + doubt_s > available or (
-                        check_s and seconds + check_s > available
-                        and numerics_class(dict(child.values)) not in verified)):
+                if available is not None and check_s and seconds + check_s > available \
+                        and numerics_class(dict(child.values)) not in verified:
                     continue
                 if check_s:
                     seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * check_s
@@ -540,6 +544,12 @@ class AnytimeSearch(SearchStrategy):
                 gain *= self.priors.chance_it_works(child)
                 if bottleneck and any(bottleneck in OPTIONS[k].search.addresses for k in keys):
                     gain *= BOTTLENECK_WEIGHT
+                # Past the time kept for the leaders' re-measure only where the trial is worth
+                # more per second than the re-measure.
+                if available is not None and fit_s + doubt_s > available and not (
+                        worth is not None and fit_s + doubt_s <= available + worth[1]
+                        and gain / seconds > worth[0] / worth[1]):
+                    continue
                 why = "move " + ", ".join(f"{k} {_show(parent.config, k)} -> {_show(child, k)}"
                                           for k in keys)
                 if not parent.measured or (self.budget_bytes is not None

@@ -189,7 +189,7 @@ class Search:
             budget_bytes=self.budget_bytes, device_bytes=device, priors=self.priors,
             times=self.times,
             time_available=self._time_available, reference_ready=self.refs.known,
-            reference_check_s=self._reference_check_s)
+            reference_check_s=self._reference_check_s, remeasure_worth=self._remeasure_worth)
         self.say(f"searching {self.space.describe() or 'one configuration'} "
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
@@ -259,6 +259,11 @@ class Search:
             return None
         left = self.time_left()
         return left - self.leaders.reserve_s(left)
+
+    def _remeasure_worth(self) -> tuple[float, float] | None:
+        """What the leaders' re-measure still due is worth and takes (`LeaderRemeasure.worth`;
+        None without a time budget)."""
+        return self.leaders.worth(self.time_left()) if self.plan.budget_s else None
 
     def _typical_trial_s(self) -> float:
         walls = [e.ended_s - e.started_s for e in self.timeline if e.how == "ran"]

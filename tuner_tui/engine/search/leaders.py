@@ -5,17 +5,25 @@ module plans and runs them for the search driver. Torch-free."""
 
 from __future__ import annotations
 
+import math
+
 from strategies.config import TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.executor import error_row
+from tuner_tui.engine.noise import spread
 from tuner_tui.engine.search.plan import Event
+from tuner_tui.engine.search.proposal import expected_improvement
 from tuner_tui.engine.search.timing import stepping
 from tuner_tui.engine.table import summary
 
 REMEASURED_LEADERS = 2
 """The leaders re-measured: the best and the closest one behind it."""
+RUN_NOISE = 0.02
+"""How far one run's throughput may lie from another run's of the same configuration, at least
+(a standard deviation, relative): the leaders' interleaved re-measures on the H200 read +-0.7%
+to +-2.2% (docs/search.md), wider than one run's spread of steps."""
 
 
 class LeaderRemeasure:
@@ -56,6 +64,25 @@ class LeaderRemeasure:
         """What the re-measure still due will take out of the `left` seconds (0 if none)."""
         found = self.plan(left) if self.due() else None
         return found[2] if found else 0.0
+
+    def worth(self, left: float) -> tuple[float, float] | None:
+        """What the re-measure still due is worth and takes, as (log throughput, seconds): the
+        throughput expected lost by naming the first measurements' leader where one behind it
+        is the faster (each measurement off by its spread, at least RUN_NOISE); None where none
+        is due or fits in the `left` seconds. A trial that expects more per second may take its
+        time (the leaders then stand on their first measurements)."""
+        found = self.plan(left) if self.due() else None
+        if found is None:
+            return None
+        leading, _, seconds = found
+        best = leading[0]
+
+        def sd(r: TrialResult) -> float:
+            return max(spread(r) or 0.0, RUN_NOISE)
+
+        value = sum(expected_improvement(math.log(r.tokens_per_s), math.hypot(sd(best), sd(r)),
+                                         math.log(best.tokens_per_s)) for r in leading[1:])
+        return value, seconds
 
     def run(self) -> bool:
         """Re-measure the leaders, as many rounds as fit in the time left; False where not even
