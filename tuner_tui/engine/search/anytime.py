@@ -33,7 +33,7 @@ from tuner_tui.engine.search.fit import Footprint, normal_cdf
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.priors import (FAILED, Context, Estimate, Priors, accumulation_move,
-                                             move_prior)
+                                             move_prior, speed_known)
 from tuner_tui.engine.search.proposal import Parent, Proposal, SearchStrategy, expected_improvement
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.search.timing import TrialTimes
@@ -483,8 +483,7 @@ class AnytimeSearch(SearchStrategy):
         surer (NEIGHBOUR_MOVES)."""
         guess = self._predict(parent, child, keys)
         for r in history.all():
-            if r.status not in ("ok", "stopped") or not r.tokens_per_s or r.loss_ok is False \
-                    or r.tune_config == parent.config:
+            if not speed_known(r) or r.loss_ok is False or r.tune_config == parent.config:
                 continue
             moved = _moved(r.tune_config, child)
             if len(moved) <= NEIGHBOUR_MOVES:

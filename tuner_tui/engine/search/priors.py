@@ -243,10 +243,10 @@ class Priors:
     def learn_from(self, measured: Sequence[tuple[TuneConfig, TrialResult]], new: TuneConfig,
                    result: TrialResult) -> None:
         """Every pair the new trial makes with those measured before it (single moves only)."""
-        if not _speed_known(result):
+        if not speed_known(result):
             return
         for config, other in measured:
-            if config == new or not _speed_known(other):
+            if config == new or not speed_known(other):
                 continue
             if move_of(config, new, self.canonical) is not None:
                 self.add_pair(config, other, new, result)
@@ -354,7 +354,7 @@ def risky_values(config: TuneConfig) -> list[tuple[str, object]]:
     return found
 
 
-def _speed_known(r: TrialResult) -> bool:
+def speed_known(r: TrialResult) -> bool:
     return r.status in ("ok", "stopped") and bool(r.tokens_per_s)
 
 
@@ -369,7 +369,7 @@ def store_pairs(rows: Iterable[tuple[str, TrialResult]], workload_key: str, larg
     is large (None: unknown)."""
     by_workload: dict[str, list[TrialResult]] = defaultdict(list)
     for key, result in rows:
-        if _speed_known(result):
+        if speed_known(result):
             by_workload[key].append(result)
     pairs: list[Pair] = []
     for key, results in by_workload.items():
