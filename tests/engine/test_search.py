@@ -200,11 +200,9 @@ def test_the_expert_recipe_is_what_an_expert_writes_for_the_machine_and_model():
     assert on_cpu.precision == "fp32" and on_cpu.attention == "sdpa" and not on_cpu.fused_kernels
 
 
-def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
-    """After the compiled recipe (480k), an eager variant of it is one option (the kernels) from
-    the eager recipe measured at 200k: it is predicted from that measurement, not from the
-    compiled one by the compile prior's wide doubt (a short eager trial each, after a compile,
-    on the H200 and in the simulation)."""
+def _after_the_compiled_recipe() -> tuple:
+    """A search on the H200 whose eager recipe measured 200k and compiled one 480k: (space,
+    strategy, history, eager, compiled)."""
     space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
     strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
     history = History(space)
@@ -212,6 +210,15 @@ def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
     eager, compiled = (p.config for p in _recipes(strategy, history))
     history.add(compiled, _measured(compiled, 480e3, compile_s=25.0))
     strategy.observe(compiled, history.get(compiled), 40.0, history)
+    return space, strategy, history, eager, compiled
+
+
+def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
+    """After the compiled recipe (480k), an eager variant of it is one option (the kernels) from
+    the eager recipe measured at 200k: it is predicted from that measurement, not from the
+    compiled one by the compile prior's wide doubt (a short eager trial each, after a compile,
+    on the H200 and in the simulation)."""
+    space, strategy, history, eager, compiled = _after_the_compiled_recipe()
     parent = strategy._measured(history.get(compiled))
     child = variant(space, compiled, compile_mode="off")
     assert child not in history and len(_moved(eager, child)) == 1
@@ -226,13 +233,7 @@ def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
 def test_a_move_worth_more_per_second_than_the_leaders_re_measure_takes_its_time():
     """The time kept for re-measuring the leaders goes to a move only where the move expects
     more per second than the re-measure is worth."""
-    space = default_space(GPU, 16, fixed={"batch_size": 16, "fp8": "off"})
-    strategy = AnytimeSearch(space, Context("cuda", default_batch=16))
-    history = History(space)
-    history.add(space.start(), _measured(space.start(), 50e3))
-    _, compiled = (p.config for p in _recipes(strategy, history))
-    history.add(compiled, _measured(compiled, 480e3, compile_s=25.0))
-    strategy.observe(compiled, history.get(compiled), 40.0, history)
+    _, strategy, history, _, compiled = _after_the_compiled_recipe()
     strategy.time_available = lambda: 1.0  # the time left, less the re-measure's 300 s
     assert strategy.next(history) is None
     strategy.remeasure_worth = lambda: (0.5, 300.0)  # the leaders may be 50% apart
