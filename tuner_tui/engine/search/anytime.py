@@ -546,7 +546,8 @@ class AnytimeSearch(SearchStrategy):
                 # Past the time kept for the leaders' re-measure only where the trial is worth
                 # more per second than the re-measure.
                 if available is not None and fit_s + doubt_s > available and not (
-                        worth is not None and fit_s + doubt_s <= available + worth[1]
+                        worth is not None and worth[1] > 0
+                        and fit_s + doubt_s <= available + worth[1]
                         and gain / seconds > worth[0] / worth[1]):
                     continue
                 why = "move " + ", ".join(f"{k} {_show(parent.config, k)} -> {_show(child, k)}"

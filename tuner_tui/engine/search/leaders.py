@@ -10,9 +10,9 @@ import math
 from strategies.config import TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.engine import remeasure
+from tuner_tui.engine.noise import spread
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.executor import error_row
-from tuner_tui.engine.noise import spread
 from tuner_tui.engine.search.plan import Event
 from tuner_tui.engine.search.proposal import expected_improvement
 from tuner_tui.engine.search.timing import stepping
