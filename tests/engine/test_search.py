@@ -22,7 +22,7 @@ from tuner_tui.engine.search import (
     AnytimeSearch, History, Search, SearchPlan, default_space, estimate_peak,
     parse_bytes, parse_choices, pareto_front,
 )
-from tuner_tui.engine.search.anytime import _moved
+from tuner_tui.engine.search.moves import options_moved
 from tuner_tui.engine.search.executor import WorkerExecutor
 from tuner_tui.engine.search.expert import variant
 from tuner_tui.engine.search.priors import Context
@@ -221,8 +221,8 @@ def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
     space, strategy, history, eager, compiled = _after_the_compiled_recipe()
     parent = strategy._measured(history.get(compiled))
     child = variant(space, compiled, compile_mode="off")
-    assert child not in history and len(_moved(eager, child)) == 1
-    keys = _moved(compiled, child)
+    assert child not in history and len(options_moved(eager, child)) == 1
+    keys = options_moved(compiled, child)
     from_parent = strategy._predict(parent, child, keys)
     guess, _, _ = strategy._estimate(parent, child, keys, history)
     assert guess.sd < from_parent.sd

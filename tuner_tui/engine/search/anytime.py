@@ -32,6 +32,7 @@ from tuner_tui.engine.search.expert import expert_recipe, memory_moves, variant
 from tuner_tui.engine.search.fit import Footprint, normal_cdf
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import measured_peak
+from tuner_tui.engine.search.moves import SingleMoves, accumulated, options_moved, show
 from tuner_tui.engine.search.priors import (FAILED, Context, Estimate, Priors, accumulation_move,
                                              move_prior, speed_known)
 from tuner_tui.engine.search.proposal import Parent, Proposal, SearchStrategy, expected_improvement
@@ -107,7 +108,7 @@ class AnytimeSearch(SearchStrategy):
         self.reference_check_s = reference_check_s
         self.remeasure_worth = remeasure_worth
         self.proposals: dict[str, Proposal] = {}
-        self._singles: dict[TuneConfig, list] = {}
+        self._moves = SingleMoves(space)
         self.expert: TuneConfig | None = None
         self.expert_pending = False
         """The expert's compiled recipe is still to come after its eager version."""
@@ -187,7 +188,7 @@ class AnytimeSearch(SearchStrategy):
             child = self._scout_child(key)
             if child is None or child in history or self.footprint.chance_to_fit(child) < 0.5:
                 continue
-            moved = _moved(self.eager, child)
+            moved = options_moved(self.eager, child)
             parent = self._measured(ran)
             guess, step, seconds = self._estimate(parent, child, moved, history)
             available = self.time_available()
@@ -198,7 +199,7 @@ class AnytimeSearch(SearchStrategy):
             self.scouts.append(child)
             why = (f"batch {self._batch(self.eager)} -> {self._batch(child)}"
                    if key == "batch_size" else
-                   ", ".join(f"{k} {_show(self.eager, k)} -> {_show(child, k)}" for k in moved))
+                   ", ".join(f"{k} {show(self.eager, k)} -> {show(child, k)}" for k in moved))
             return Proposal(child, f"the eager recipe with {why}, to tell the compiled one",
                             self.eager, moved, guess.mean, guess.sd, step, seconds)
         return None
@@ -215,9 +216,9 @@ class AnytimeSearch(SearchStrategy):
                 return None
             return variant(self.space, eager, fp8=self.expert.fp8)
         if key == "batch_size":
-            child = next((c for c in self._batch_moves(eager)
+            child = next((c for c in self._moves.batch_moves(eager)
                           if self._batch(c) > self._batch(eager)), None)
-            if child is None or _accumulated(self.space, child) != _accumulated(self.space, eager):
+            if child is None or accumulated(self.space, child) != accumulated(self.space, eager):
                 return None
             return child
         others = [v for v in self.space.values(key) if v != eager[key]]
@@ -239,7 +240,7 @@ class AnytimeSearch(SearchStrategy):
         eager = history.get(self.eager)
         for scout in self.scouts:
             ran = history.get(scout)
-            moved = _moved(self.eager, scout)
+            moved = options_moved(self.eager, scout)
             if ran is not None and ran.status in FAILED:  # (float8 that does not run here)
                 config = variant(self.space, config, **{k: self.eager[k] for k in moved}) \
                     or config
@@ -342,7 +343,7 @@ class AnytimeSearch(SearchStrategy):
             return None
         if incumbent is None:
             return Parent(config, guess.mean, guess.sd, guess.step_s, False)
-        keys = _moved(incumbent.config, config)
+        keys = options_moved(incumbent.config, config)
         again = self._predict(incumbent, config, keys)
         step = self._step_s(incumbent, config, again.mean - incumbent.mean)
         return Parent(config, again.mean, again.sd, step, False)
@@ -368,9 +369,7 @@ class AnytimeSearch(SearchStrategy):
         """Every single move from `config` (with the options it interacts with); and where a
         move would likely miss the budget (a larger batch, checkpointing taken off), the same
         with each memory lever that may bring it back."""
-        singles = self._singles.get(config)
-        if singles is None:
-            singles = self._singles[config] = self._single_moves(config)
+        singles = self._moves.singles(config)
         yield from singles
         if self.budget_bytes is None:
             return
@@ -380,54 +379,6 @@ class AnytimeSearch(SearchStrategy):
             for key, closer in memory_moves(self.space, child):
                 if key not in keys and closer != config:
                     yield keys + (key,), closer
-
-    def _single_moves(self, config: TuneConfig) -> list[tuple[tuple[str, ...], TuneConfig]]:
-        """The moves from `config` that depend on the space alone (kept per configuration: the
-        search asks for the same parents' moves at every trial)."""
-        singles: list[tuple[tuple[str, ...], TuneConfig]] = []
-        for key, values in self.space.choices:
-            if key in ("batch_size", "micro_batch_size"):
-                continue
-            if key == "compile_scope" and config.compile_mode == "off":
-                continue
-            for value in values:
-                child = variant(self.space, config, **{key: value})
-                if child is not None and child != config:
-                    singles.append(((key,), child))
-                    for other in OPTIONS[key].search.interacts:
-                        for partner in self.space.values(other):
-                            both = variant(self.space, child, **{other: partner})
-                            if both is not None and both != child and both != config:
-                                singles.append(((key, other), both))
-        for child in self._batch_moves(config):
-            singles.append((("batch_size",), child))
-        sizes = self.space.micro_batches(config)
-        current = config.micro_batch_size
-        if current in sizes:
-            at = sizes.index(current)
-            for other in sizes[max(0, at - 1):at] + sizes[at + 1:at + 2]:
-                child = variant(self.space, config, micro_batch_size=other)
-                if child is not None and child != config:
-                    singles.append((("micro_batch_size",), child))
-        return singles
-
-    def _batch_moves(self, config: TuneConfig) -> list[TuneConfig]:
-        if "batch_size" not in dict(self.space.choices):
-            return []
-        batch = self._batch(config)
-        found = []
-        for size in (batch * 2, batch // 2):
-            if size < 1:
-                continue
-            child = variant(self.space, config, batch_size=size)
-            if child is not None and child != config and self.space.contains(child):
-                found.append(child)
-        micro = config.micro_batch_size or self.space.rank_batch(config)
-        for size in (batch * 4, batch * 8, batch * 16):
-            child = variant(self.space, config, batch_size=size, micro_batch_size=micro)
-            if child is not None and child != config and self.space.contains(child):
-                found.append(child)
-        return found
 
     def _predict(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...]) -> Estimate:
         """The parent's throughput moved key by key (each move from where the last left it)."""
@@ -455,8 +406,8 @@ class AnytimeSearch(SearchStrategy):
                 (child.micro_batch_size or self.space.rank_batch(child)) != \
                 (parent.config.micro_batch_size or self.space.rank_batch(parent.config)):
             return None
-        k_from, k_to = _accumulated(self.space, parent.config), _accumulated(self.space, child)
-        if k_from == k_to or _moved(parent.config, child) not in (
+        k_from, k_to = accumulated(self.space, parent.config), accumulated(self.space, child)
+        if k_from == k_to or options_moved(parent.config, child) not in (
                 ("batch_size",), ("batch_size", "micro_batch_size")):
             return None
         return accumulation_move(parent.step_s, parent.optimizer_s, k_from, k_to)
@@ -472,7 +423,7 @@ class AnytimeSearch(SearchStrategy):
         if base is None:
             return Proposal(config, why, trial_s=self.times.trial_s(config, None))
         parent = self._measured(base)
-        keys = _moved(parent.config, config)
+        keys = options_moved(parent.config, config)
         guess, step, seconds = self._estimate(parent, config, keys, history)
         return Proposal(config, why, parent.config, keys, guess.mean, guess.sd, step, seconds)
 
@@ -485,7 +436,7 @@ class AnytimeSearch(SearchStrategy):
         for r in history.all():
             if not speed_known(r) or r.loss_ok is False or r.tune_config == parent.config:
                 continue
-            moved = _moved(r.tune_config, child)
+            moved = options_moved(r.tune_config, child)
             if len(moved) <= NEIGHBOUR_MOVES:
                 near = self._predict(self._measured(r), child, moved)
                 if near.sd < guess.sd:
@@ -550,7 +501,7 @@ class AnytimeSearch(SearchStrategy):
                         and fit_s + doubt_s <= available + worth[1]
                         and gain / seconds > worth[0] / worth[1]):
                     continue
-                why = "move " + ", ".join(f"{k} {_show(parent.config, k)} -> {_show(child, k)}"
+                why = "move " + ", ".join(f"{k} {show(parent.config, k)} -> {show(child, k)}"
                                           for k in keys)
                 if not parent.measured or (self.budget_bytes is not None
                                            and (measured_peak_of(history, parent.config) or 0)
@@ -577,33 +528,9 @@ class AnytimeSearch(SearchStrategy):
         return best
 
 
-def _accumulated(space: SearchSpace, config: TuneConfig) -> int:
-    """How many micro-batches one optimizer step accumulates."""
-    batch = space.rank_batch(config)
-    return batch // max(1, config.micro_batch_size or batch)
-
-
 def measured_peak_of(history: History, config: TuneConfig) -> int | None:
     found = history.get(config)
     return measured_peak(found) if found is not None else None
-
-
-def _moved(a: TuneConfig, b: TuneConfig) -> tuple[str, ...]:
-    """The options in which `b` differs from `a`, in the registry's order."""
-    return tuple(k for k in OPTIONS if _differs(a, b, k))
-
-
-def _differs(a: TuneConfig, b: TuneConfig, key: str) -> bool:
-    va, vb = a[key], b[key]
-    return (tuple(va) if isinstance(va, (list, tuple)) else va) != (
-        tuple(vb) if isinstance(vb, (list, tuple)) else vb)
-
-
-def _show(config: TuneConfig, key: str) -> str:
-    value = config[key]
-    if isinstance(value, (list, tuple)):
-        return "+".join(value) or "none"
-    return OPTIONS[key].show(value)
 
 
 __all__ = ["AnytimeSearch", "Proposal", "SearchStrategy"]
