@@ -62,8 +62,8 @@ class LeaderRemeasure:
 
     def reserve_s(self, left: float) -> float:
         """What the re-measure still due will take out of the `left` seconds (0 if none)."""
-        found = self.plan(left) if self.due() else None
-        return found[2] if found else 0.0
+        found = self.worth(left)
+        return found[1] if found else 0.0
 
     def worth(self, left: float) -> tuple[float, float] | None:
         """What the re-measure still due is worth and takes, as (log throughput, seconds): the
