@@ -78,6 +78,12 @@ GRACE_S = 10.0
 move let in on a compile from the cache) may go before it is stopped. On the H200 a repeat of
 the HF Llama with float8 and CUDA graphs, planned with a compile from the cache, compiled as
 long as cold (103 s for 50 planned), and the two leaders' repeats ended 37 s past five minutes."""
+OVERRUN_SHARE = 0.1
+"""A trial planned to end within the time budget is stopped this share of the budget past its
+end (at least GRACE_S), where its own expected time would let it run longer: a hung compile
+planned at two minutes had run two and a half minutes past a five-minute budget. In 1000
+simulated searches at five minutes, the 35 that ended more than 30 s late were all ended by a
+hung or far too slow trial that gave nothing."""
 
 
 class Search:
@@ -338,10 +344,12 @@ class Search:
     def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
         """When a trial expected to take `expected_s` counts as hung: three times that (a first
         compile is hard to predict), at least TIMEOUT_FLOOR_S, and within a time budget no
-        later than its end plus the trial's expected time (`by_budget_end`: plus GRACE_S)."""
+        later than its end plus the trial's expected time, at most OVERRUN_SHARE of the budget
+        (`by_budget_end`: plus GRACE_S)."""
         timeout = min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
         if self.plan.budget_s:
-            past = GRACE_S if by_budget_end else max(TIMEOUT_FLOOR_S, expected_s)
+            past = GRACE_S if by_budget_end else min(
+                max(TIMEOUT_FLOOR_S, expected_s), max(GRACE_S, OVERRUN_SHARE * self.plan.budget_s))
             timeout = min(timeout, max(0.0, self.time_left()) + past)
         return timeout
 
