@@ -233,8 +233,9 @@ def add_tune_parser(sub) -> Parser:
                       "available RAM, shared by the processes)")
     tune.add_argument("--budget-minutes", type=float, default=10.0, metavar="M",
                       help="the search's time, the leaders' re-measurement included: no "
-                      "trial starts that would leave too little to re-measure them (default "
-                      "10; 0: no limit)")
+                      "trial starts that would leave too little to re-measure them, and one "
+                      "still running a tenth of it past its end is stopped (default 10; 0: no "
+                      "limit)")
     tune.add_argument("--steps", type=int, default=20, help="measured steps per trial (default 20)")
     tune.add_argument("--warmup", type=int, default=5, help="steps before measuring, the first of "
                       "which compiles (default 5)")
