@@ -563,6 +563,22 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
     assert cut >= 1  # (the case happens in these oracles)
 
 
+def test_a_search_that_ends_before_its_budget_says_why(tmp_path):
+    """A small model's search with ten minutes runs out of moves worth a trial after about
+    seven: the report's first line and the JSON say how early it ended and why; a search that
+    used its budget says nothing of the kind."""
+    o = Oracle(25)
+    outcome, _, _ = simulate(o, tmp_path / "early", 600.0)
+    assert outcome.elapsed_s < 600.0 - 60 and not outcome.out_of_time
+    assert outcome.end_note.startswith("ended ") and "before its time budget: " in outcome.end_note
+    assert "expected to gain" in outcome.end_note
+    assert f"({outcome.end_note})" in report(outcome).splitlines()[0]
+    write_json(tmp_path / "early.json", outcome)
+    assert json.loads((tmp_path / "early.json").read_text())["end_note"] == outcome.end_note
+    used, _, _ = simulate(Oracle(0), tmp_path / "used", FIVE_MINUTES)
+    assert used.out_of_time and used.end_note == ""
+
+
 def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
     """A trial planned to end within the budget that hangs (these two oracles hang the
     expert's compiled recipe, planned at about two minutes) is stopped OVERRUN_SHARE of the

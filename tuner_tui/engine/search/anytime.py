@@ -121,6 +121,9 @@ class AnytimeSearch(SearchStrategy):
         """The eager recipe with one of SCOUTED changed, as they ran."""
         self.scouted = 0
         """How many of SCOUTED were considered."""
+        self.ended = ""
+        """Why the last `next` found no trial, in words (the report says it where the search
+        ends before its time budget)."""
 
     # -- the driver's side ---------------------------------------------------------------------
     def propose(self, history: History) -> list[TuneConfig]:
@@ -463,6 +466,7 @@ class AnytimeSearch(SearchStrategy):
         worth = self.remeasure_worth() if available is not None else None
         seen: set[str] = set()
         pool: list[tuple[float, Proposal]] = []
+        late = 0  # untried moves left out for the time they would take
         for parent in self._parents(history):
             for keys, child in self.moves(parent.config):
                 if parent.failed_compile and child.compile_mode == "off":
@@ -486,6 +490,7 @@ class AnytimeSearch(SearchStrategy):
                 fit_s = self._trial_s(child, step, history, cached=True)
                 if available is not None and check_s and seconds + check_s > available \
                         and numerics_class(dict(child.values)) not in verified:
+                    late += 1
                     continue
                 if check_s:
                     seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * check_s
@@ -500,6 +505,7 @@ class AnytimeSearch(SearchStrategy):
                         worth is not None and worth[1] > 0
                         and fit_s + doubt_s <= available + worth[1]
                         and gain / seconds > worth[0] / worth[1]):
+                    late += 1
                     continue
                 why = "move " + ", ".join(f"{k} {show(parent.config, k)} -> {show(child, k)}"
                                           for k in keys)
@@ -525,6 +531,12 @@ class AnytimeSearch(SearchStrategy):
             value = upper * chance
             if value > best_value:
                 best, best_value = proposal, value
+        if best is None:
+            self.ended = "no untried move from the best configurations is expected to gain " \
+                         "within the memory budget"
+            if late:
+                self.ended = f"{late} untried moves would take longer than the time left, and " \
+                             "no other is expected to gain within the memory budget"
         return best
 
 

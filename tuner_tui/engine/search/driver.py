@@ -119,6 +119,8 @@ class Search:
         self.timeline: list[Event] = []
         self.compared: list[TrialResult] = []
         self.out_of_time = False
+        self.end_note = ""
+        """Why the search ended before its time budget, where it did."""
         self.interrupted = False
         self.error = ""
         self.leaders = LeaderRemeasure(self)
@@ -239,6 +241,9 @@ class Search:
                                     else self.space.start().replace(compile_mode="default"))
         if self.plan.budget_s and self.time_left() < self._typical_trial_s():
             self.out_of_time = True
+        elif self.plan.budget_s and getattr(self.strategy, "ended", ""):
+            self.end_note = (f"ended {fmt.clock(self.time_left())} before its time budget: "
+                             f"{self.strategy.ended}")
 
     def _learn_size(self) -> None:
         """Once a trial counted the parameters: the priors of large models apply, or not."""
@@ -522,7 +527,8 @@ class Search:
             budget_bytes=getattr(self, "budget_bytes", 0),
             ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
             errors=self.counts.get("error", 0),
-            out_of_time=self.out_of_time, interrupted=self.interrupted, error=self.error,
+            out_of_time=self.out_of_time, end_note=self.end_note, interrupted=self.interrupted,
+            error=self.error,
             elapsed_s=self.elapsed(), compared=list(self.compared), steps=self.plan.steps,
             warmup_steps=self.plan.warmup_steps, remeasured=verdict,
             remeasure_note="; ".join(n for n in (self.leaders.note, getattr(

@@ -43,6 +43,8 @@ class SearchOutcome:
     reused: int = 0
     skipped: int = 0
     out_of_time: bool = False
+    end_note: str = ""
+    """Why the search ended before its time budget, where it did."""
     interrupted: bool = False
     """Stopped by Ctrl-C, SIGTERM or SIGHUP: the trials measured until then."""
     elapsed_s: float = 0.0
@@ -262,6 +264,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
                    "errors": outcome.errors},
         "interrupted": outcome.interrupted,
         "out_of_time": outcome.out_of_time,
+        "end_note": outcome.end_note or None,
         "error": outcome.error or None,
         "elapsed_s": outcome.elapsed_s,
         "timeline": outcome.timeline,
@@ -277,6 +280,7 @@ def report(outcome: SearchOutcome) -> str:
         f"{outcome.reused} reused from the store"
         + (f", {outcome.errors} could not run" if outcome.errors else "")
         + (" (time budget reached)" if outcome.out_of_time else "")
+        + (f" ({outcome.end_note})" if outcome.end_note else "")
         + (" (interrupted)" if outcome.interrupted else ""),
         "",
         "Ranked (x base: against the fp32 eager baseline):",
