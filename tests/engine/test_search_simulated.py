@@ -581,7 +581,7 @@ def test_a_search_that_ends_before_its_budget_says_why(tmp_path):
 
 def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
     """A trial planned to end within the budget that hangs (these two oracles hang the
-    expert's compiled recipe, planned at about two minutes) is stopped OVERRUN_SHARE of the
+    expert's compiled recipe, planned at two to three minutes) is stopped OVERRUN_SHARE of the
     budget past its end, not its own expected time past it (157 s and 117 s late before), and
     the search still answers with what ran."""
     for seed in (115, 340):

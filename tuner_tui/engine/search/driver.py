@@ -81,7 +81,7 @@ long as cold (103 s for 50 planned), and the two leaders' repeats ended 37 s pas
 OVERRUN_SHARE = 0.1
 """A trial planned to end within the time budget is stopped this share of the budget past its
 end (at least GRACE_S), where its own expected time would let it run longer: a hung compile
-planned at two minutes had run two and a half minutes past a five-minute budget. In 1000
+planned at 157 s had run as long past a five-minute budget. In 1000
 simulated searches at five minutes, the 35 that ended more than 30 s late were all ended by a
 hung or far too slow trial that gave nothing."""
 
