@@ -669,6 +669,7 @@ class LegacyStaged:
         self.history = LegacyHistory(self.space, search.budget_bytes)
         self.queue: list = []
         self.ctx = None
+        self.ended = ""  # (it does not say why it ends)
 
     def next(self, history):
         from tuner_tui.engine.search.proposal import Proposal

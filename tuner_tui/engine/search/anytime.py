@@ -121,9 +121,6 @@ class AnytimeSearch(SearchStrategy):
         """The eager recipe with one of SCOUTED changed, as they ran."""
         self.scouted = 0
         """How many of SCOUTED were considered."""
-        self.ended = ""
-        """Why the last `next` found no trial, in words (the report says it where the search
-        ends before its time budget)."""
 
     # -- the driver's side ---------------------------------------------------------------------
     def propose(self, history: History) -> list[TuneConfig]:

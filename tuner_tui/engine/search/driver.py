@@ -241,7 +241,7 @@ class Search:
                                     else self.space.start().replace(compile_mode="default"))
         if self.plan.budget_s and self.time_left() < self._typical_trial_s():
             self.out_of_time = True
-        elif self.plan.budget_s and getattr(self.strategy, "ended", ""):
+        elif self.plan.budget_s and self.strategy.ended:
             self.end_note = (f"ended {fmt.clock(self.time_left())} before its time budget: "
                              f"{self.strategy.ended}")
 

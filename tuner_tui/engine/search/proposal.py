@@ -19,6 +19,10 @@ class SearchStrategy:
     A new strategy is one subclass: `propose` returns the next round ([] when done), and
     `remaining` estimates how many trials are still to come (for the progress line)."""
 
+    ended = ""
+    """Why the last call found no trial to propose, in words ('' where the strategy does not
+    say); the report gives it where the search ends before its time budget."""
+
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
 
