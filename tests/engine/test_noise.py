@@ -157,7 +157,8 @@ def test_where_the_leaders_cannot_be_re_measured_in_the_time_left_the_report_say
         tmp_path, monkeypatch):
     """A search whose leaders take longer to re-measure than its whole budget: it searches on
     instead of keeping time back for them, and the report says the first measurements decide."""
-    from search_oracle import Oracle, simulate
+    from search_oracle import Oracle
+    from simulated_search import simulate
     from tuner_tui.engine import search
     from tuner_tui.engine.search import leaders
 

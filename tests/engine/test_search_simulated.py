@@ -19,7 +19,8 @@ import statistics
 
 import pytest
 
-from search_oracle import GPU_BYTES, LegacyStaged, Oracle, regret, simulate
+from search_oracle import GPU_BYTES, Oracle
+from simulated_search import LegacyStaged, regret, simulate
 from strategies.config import TuneConfig
 from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
@@ -162,7 +163,7 @@ class Raising:
 
 
 def test_injected_faults_never_raise_and_the_outcome_is_always_written(tmp_path):
-    from search_oracle import Clock, OracleExecutor
+    from simulated_search import Clock, OracleExecutor
 
     from tuner_tui.engine.protocol import WorkerSpec
     from tuner_tui.engine.search import Search, SearchPlan, export
