@@ -198,7 +198,7 @@ def test_when_the_baseline_does_not_fit_the_expert_recipe_is_made_to_fit_and_cli
     # Right after the baseline, the expert's recipe, fitted by the memory model from the
     # baseline's measured peak: bf16, with memory levers until the estimate fits.
     expert = tried[1]
-    assert expert.precision == "bf16" and expert == strategy.expert
+    assert expert.precision == "bf16" and expert == strategy.opening.expert
     assert peak(expert) <= budget
     best = history.best()
     assert best is not None and best.peak_memory_bytes <= budget
@@ -450,5 +450,5 @@ def test_the_expert_grows_the_batch_only_where_checking_its_loss_there_is_cheap(
     history.add(start, _row(start, peak(start), speed(start)))
     strategy.observe(start, history.get(start), 1.0, history)
     strategy.next(history)
-    assert strategy.expert.precision == "bf16"
-    assert (strategy.expert.batch_size > 8) is grows
+    assert strategy.opening.expert.precision == "bf16"
+    assert (strategy.opening.expert.batch_size > 8) is grows

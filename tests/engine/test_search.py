@@ -219,12 +219,12 @@ def test_a_candidate_near_a_measured_configuration_is_predicted_from_it():
     compiled one by the compile prior's wide doubt (a short eager trial each, after a compile,
     on the H200 and in the simulation)."""
     space, strategy, history, eager, compiled = _after_the_compiled_recipe()
-    parent = strategy._measured(history.get(compiled))
+    parent = strategy.predictor.measured(history.get(compiled))
     child = variant(space, compiled, compile_mode="off")
     assert child not in history and len(options_moved(eager, child)) == 1
     keys = options_moved(compiled, child)
-    from_parent = strategy._predict(parent, child, keys)
-    guess, _, _ = strategy._estimate(parent, child, keys, history)
+    from_parent = strategy.predictor.predict(parent, child, keys)
+    guess, _, _ = strategy.predictor.estimate(parent, child, keys, history)
     assert guess.sd < from_parent.sd
     assert abs(guess.mean - math.log(200e3)) < abs(from_parent.mean - math.log(200e3))
     assert math.exp(guess.mean) < 300e3
@@ -855,7 +855,7 @@ def test_more_micro_batches_are_predicted_from_the_measured_optimizer_step():
 
     def predicted(optimizer_s):
         parent = Parent(base, 0.0, 0.01, 0.1, True, optimizer_s=optimizer_s)
-        return strategy._predict(parent, four, keys).mean
+        return strategy.predictor.predict(parent, four, keys).mean
 
     share_tenth, share_half_percent = predicted(0.01), predicted(0.0005)
     assert share_tenth > 0.04 and 0 < share_half_percent < 0.005
@@ -868,7 +868,7 @@ def test_more_micro_batches_are_predicted_from_the_measured_optimizer_step():
     # Moves that change the micro-batch's size are the batch prior's (other kernels run).
     whole = base.replace(batch_size=64)
     parent = Parent(base, 0.0, 0.01, 0.1, True, optimizer_s=0.01)
-    assert strategy._predict(parent, whole, ("batch_size",)).mean == \
+    assert strategy.predictor.predict(parent, whole, ("batch_size",)).mean == \
         strategy.priors.move("batch_size", base, whole).mean
 
 

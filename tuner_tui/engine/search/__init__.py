@@ -4,7 +4,9 @@
 - `memory`, `memory_prior`, `fit`: measured and estimated peaks, the chance to fit a budget;
 - `priors`: what a move is expected to do to throughput, learned as trials are measured;
 - `timing`: how long a trial will take;
-- `expert`: the recipe an expert would write, measured right after the baseline;
+- `expert`: the recipe an expert would write;
+- `opening`: the search's first trials, that recipe eager, its scouts, then compiled;
+- `prediction`: what a candidate is expected to give (throughput) and take (trial time);
 - `anytime`: the strategy, the next trial by expected gain per second;
 - `history`: the trials of one search;
 - `executor`: where trials run (fresh workers);
