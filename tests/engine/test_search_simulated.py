@@ -342,8 +342,9 @@ def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
         scouted = sum(e["ended_s"] - e["started_s"] for e in trials[2:trials.index(after)])
         if took <= left - (first["ended_s"] - first["started_s"]) - scouted - 5:
             assert after["why"] == "the expert's recipe" and "compile" in after["label"], whys
-        else:
-            assert "the expert's recipe" not in whys, whys
+        else:  # (the whole model's compile, quoted, would not fit: per block, or none)
+            assert all("per-block" in e["label"] for e in trials
+                       if e["why"] == "the expert's recipe"), whys
     assert seen == {"large": 3, "small": 3}
 
 
@@ -526,9 +527,9 @@ def test_the_leaders_re_measure_ends_with_the_time_budget(tmp_path):
 def test_leaders_found_after_a_verdict_and_not_re_measured_are_named(tmp_path):
     # (ResNet-50 on the H200: a verdict on two leaders, then a trial that made two new ones with
     # no time left; "the leaders were not re-measured" beside the verdict read as a contradiction)
-    # The case is rare (one oracle of the first 600 since a move may use the re-measure's
-    # time): the search starts at it, and goes on past it where the search changed.
-    for seed in range(240, 440):
+    # The case is rare (one oracle of the first 1000 since the compiled recipe's scope is
+    # chosen): the search starts at it, and goes on past it where the search changed.
+    for seed in range(645, 845):
         outcome, _, _ = simulate(Oracle(seed, fault_rate=0.0), tmp_path / str(seed), FIVE_MINUTES)
         if outcome.remeasured is not None and "not re-measured" in outcome.remeasure_note:
             break
@@ -581,11 +582,11 @@ def test_a_search_that_ends_before_its_budget_says_why(tmp_path):
 
 
 def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
-    """A trial planned to end within the budget that hangs (these two oracles hang the
-    expert's compiled recipe, planned at two to three minutes) is stopped OVERRUN_SHARE of the
-    budget past its end, not its own expected time past it (157 s and 117 s late before), and
-    the search still answers with what ran."""
-    for seed in (115, 340):
+    """A trial planned to end within the budget that hangs (these two oracles hang a compiled
+    move started at two and three minutes) is stopped OVERRUN_SHARE of the budget past its end,
+    not its own expected time past it (59 s and 60 s late before), and the search still answers
+    with what ran."""
+    for seed in (89, 997):
         o = Oracle(seed)
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         hung = [r for r in outcome.results if "no result within" in (r.message or "")]
