@@ -17,6 +17,7 @@ from strategies.config import TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol
 from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.runner import NO_RESULT
 
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="Simulated H200",
                    fp8=True)
@@ -81,7 +82,7 @@ class OracleExecutor:
         if r.random() < o.fault_rate / 2:  # a hang: the trial's timeout ends it
             self.clock.now += plan.trial_timeout_s
             return replace(base, status="crash",
-                           message=f"no result within {plan.trial_timeout_s:.0f} s; the worker was stopped")
+                           message=f"{NO_RESULT} {plan.trial_timeout_s:.0f} s; the worker was stopped")
         w = 2 if c.weights == "bf16" else 4
         state = {"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0}[c.optimizer_state]
         parts = {"parameters": int(o.params * w), "gradients": int(o.params * w),
@@ -125,7 +126,7 @@ class OracleExecutor:
         wall = seconds + first + (plan.warmup_steps - 1 + steps) * step_ms / 1e3
         if wall > plan.trial_timeout_s:  # the driver stops a worker at its trial's timeout
             self.clock.now += plan.trial_timeout_s
-            return replace(base, status="crash", message=f"no result within "
+            return replace(base, status="crash", message=f"{NO_RESULT} "
                            f"{plan.trial_timeout_s:.0f} s; the worker was stopped")
         self.clock.now += wall
         # Numerics that fail show in the losses too, for a check made after the run (at a batch

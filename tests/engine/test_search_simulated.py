@@ -26,6 +26,7 @@ from tuner_tui.engine import remeasure
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search import report, write_json
+from tuner_tui.engine.runner import NO_RESULT
 from tuner_tui.engine.search.driver import GRACE_S, OVERRUN_SHARE
 from tuner_tui.engine.search.expert import memory_moves
 
@@ -585,15 +586,21 @@ def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
     """A trial planned to end within the budget that hangs (these two oracles hang a compiled
     move started at two and three minutes) is stopped OVERRUN_SHARE of the budget past its end,
     not its own expected time past it (59 s and 60 s late before), and the search still answers
-    with what ran."""
+    with what ran. Its row says the search stopped it ("timeout"), not that it crashed; a trial
+    that hangs earlier, stopped at its own timeout, is a crash."""
     for seed in (89, 997):
         o = Oracle(seed)
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
-        hung = [r for r in outcome.results if "no result within" in (r.message or "")]
+        hung = [r for r in outcome.results if r.status == "timeout"]
         assert hung, seed  # (the case happens in these oracles)
+        assert all(r.message.startswith("stopped at the time budget's end") for r in hung)
         end = max(e["ended_s"] for e in outcome.timeline)
         assert end <= FIVE_MINUTES * (1 + OVERRUN_SHARE) + 1, f"seed {seed}: ended at {end:.0f} s"
         assert outcome.recommendation is not None
+    outcome, _, _ = simulate(Oracle(239), tmp_path / "239", FIVE_MINUTES)  # (hangs at 2m15s too)
+    stopped = [r.status for r in outcome.results
+               if r.message.startswith((NO_RESULT, "stopped at the time budget's end"))]
+    assert stopped == ["crash", "timeout"]
 
 
 def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end(tmp_path):

@@ -186,8 +186,10 @@ class TrialResult:
     status: str
     """ok, oom, diverged, compile, crash, invalid, loss-mismatch (ran, but the loss left the
     tolerance of the fp32 reference), numerics (ran, but the first step's gradients left the
-    tolerance of the fp32 reference's; the message names the worst tensor), stopped (stopped early as clearly slower than the best),
-    skipped (not run: the search estimated it would not fit in the memory budget)."""
+    tolerance of the fp32 reference's; the message names the worst tensor), stopped (stopped
+    early as clearly slower than the best), timeout (stopped by the search at its time budget's
+    end, before it gave a result), skipped (not run: the search estimated it would not fit in
+    the memory budget)."""
     workload: str = ""
     item_name: str = "tokens"
     """What the workload counts (tokens, images, samples): the unit of `tokens_per_s`."""

@@ -21,6 +21,9 @@ from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.progress import Progress
 
+NO_RESULT = "no result within"
+"""How the message of a trial stopped at its timeout begins."""
+
 
 @dataclass(frozen=True)
 class TrialPlan:
@@ -214,7 +217,7 @@ def run_one(
             )
     return protocol.TrialResult(
         config=config.to_dict(), label=label, status="crash",
-        message=f"no result within {plan.trial_timeout_s:.0f} s; the worker was stopped",
+        message=f"{NO_RESULT} {plan.trial_timeout_s:.0f} s; the worker was stopped",
     )
 
 

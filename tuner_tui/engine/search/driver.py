@@ -39,7 +39,7 @@ from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
-from tuner_tui.engine.runner import TrialPlan, best, trace_path
+from tuner_tui.engine.runner import NO_RESULT, TrialPlan, best, trace_path
 from tuner_tui.engine.search.anytime import AnytimeSearch
 from tuner_tui.engine.search.proposal import Proposal
 from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
@@ -336,7 +336,8 @@ class Search:
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
         timeout = self.timeout(seconds, by_budget_end=seconds > self.time_left())
-        result = self.run_trial(config, reference, steps, timeout=timeout)
+        result = self._cut_short(self.run_trial(config, reference, steps, timeout=timeout),
+                                 timeout, seconds)
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
@@ -346,17 +347,32 @@ class Search:
         self.end_line(summary(result) + _compile_note(result))
         return result, "ran"
 
-    def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
+    def hang_s(self, expected_s: float) -> float:
         """When a trial expected to take `expected_s` counts as hung: three times that (a first
-        compile is hard to predict), at least TIMEOUT_FLOOR_S, and within a time budget no
-        later than its end plus the trial's expected time, at most OVERRUN_SHARE of the budget
-        (`by_budget_end`: plus GRACE_S)."""
-        timeout = min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
+        compile is hard to predict), at least TIMEOUT_FLOOR_S."""
+        return min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
+
+    def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
+        """When a trial is stopped: when it counts as hung (`hang_s`), and within a time budget
+        no later than its end plus the trial's expected time, at most OVERRUN_SHARE of the
+        budget (`by_budget_end`: plus GRACE_S)."""
+        timeout = self.hang_s(expected_s)
         if self.plan.budget_s:
             past = GRACE_S if by_budget_end else min(
                 max(TIMEOUT_FLOOR_S, expected_s), max(GRACE_S, OVERRUN_SHARE * self.plan.budget_s))
             timeout = min(timeout, max(0.0, self.time_left()) + past)
         return timeout
+
+    def _cut_short(self, result: TrialResult, timeout: float, planned_s: float) -> TrialResult:
+        """A trial stopped by a timeout the time budget's end made shorter than a hang's is
+        marked "timeout", not "crash": the search stopped it, nothing says it failed (its
+        options take no blame for it)."""
+        if result.status != "crash" or not result.message.startswith(NO_RESULT) \
+                or timeout >= self.hang_s(planned_s):
+            return result
+        return replace(result, status="timeout", message=(
+            f"stopped at the time budget's end after {timeout:.0f} s (planned to take "
+            f"{planned_s:.0f} s)"))
 
     def _may_fit(self, config: TuneConfig, device_bytes: int) -> bool:
         """Whether an fp32 reference may fit the device: not where a certain estimate says it
