@@ -27,7 +27,7 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search import report, write_json
 from tuner_tui.engine.runner import NO_RESULT
-from tuner_tui.engine.search.driver import GRACE_S, OVERRUN_SHARE
+from tuner_tui.engine.search.deadline import GRACE_S, OVERRUN_SHARE
 from tuner_tui.engine.search.expert import memory_moves
 
 FIVE_MINUTES = 300.0

@@ -12,6 +12,7 @@
 - `executor`: where trials run (fresh workers);
 - `references`: the fp32 reference's losses each trial is checked against;
 - `plan`: what a search is asked to do (`SearchPlan`) and its time line's entries;
+- `deadline`: the time budget, and when a trial is stopped;
 - `leaders`: the leaders' interleaved re-measure, planned and run in the time left;
 - `driver`: the search itself (`Search`): the time budget, the trials, the outcome;
 - `report`: the outcome, why the recommendation won, the report, JSON and export.

@@ -39,8 +39,9 @@ from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
-from tuner_tui.engine.runner import NO_RESULT, TrialPlan, best, trace_path
+from tuner_tui.engine.runner import TrialPlan, best, trace_path
 from tuner_tui.engine.search.anytime import AnytimeSearch
+from tuner_tui.engine.search.deadline import Deadline
 from tuner_tui.engine.search.proposal import Proposal
 from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
 from tuner_tui.engine.search.history import History
@@ -71,19 +72,6 @@ SURPRISE_SHARE = 0.2
 """... where running it again takes at most this share of the time left: disturbances are rare,
 and on a large model one more run can cost a compiled trial (llama-1b on the H200: 52 s of the
 195 s left)."""
-TIMEOUT_FLOOR_S = 60.0
-"""The least a trial is given before it counts as hung, whatever its estimate."""
-GRACE_S = 10.0
-"""How far past the time budget a run let in on a plan, not a promise (a leader's repeat, a
-move let in on a compile from the cache) may go before it is stopped. On the H200 a repeat of
-the HF Llama with float8 and CUDA graphs, planned with a compile from the cache, compiled as
-long as cold (103 s for 50 planned), and the two leaders' repeats ended 37 s past five minutes."""
-OVERRUN_SHARE = 0.1
-"""A trial planned to end within the time budget is stopped this share of the budget past its
-end (at least GRACE_S), where its own expected time would let it run longer: a hung compile
-planned at 157 s had run as long past a five-minute budget. In 1000
-simulated searches at five minutes, the 35 that ended more than 30 s late were all ended by a
-hung or far too slow trial that gave nothing."""
 
 
 class Search:
@@ -128,7 +116,7 @@ class Search:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
-        self.started = self.clock()
+        self.deadline = Deadline(self.plan.budget_s, self.plan.trial_timeout_s, self.clock)
         try:
             ready = self.executor.start()
             self._setup(ready)
@@ -256,12 +244,13 @@ class Search:
 
     # -- time ----------------------------------------------------------------------------------
     def elapsed(self) -> float:
-        return self.clock() - self.started
+        return self.deadline.elapsed()
 
     def time_left(self) -> float:
-        if not self.plan.budget_s:
-            return math.inf
-        return self.plan.budget_s - self.elapsed()
+        return self.deadline.time_left()
+
+    def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
+        return self.deadline.timeout(expected_s, by_budget_end)
 
     def _time_available(self) -> float | None:
         """Seconds the next trial may take: the time left less what re-measuring the leaders
@@ -336,8 +325,8 @@ class Search:
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
         timeout = self.timeout(seconds, by_budget_end=seconds > self.time_left())
-        result = self._cut_short(self.run_trial(config, reference, steps, timeout=timeout),
-                                 timeout, seconds)
+        result = self.deadline.cut_short(
+            self.run_trial(config, reference, steps, timeout=timeout), timeout, seconds)
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
@@ -346,33 +335,6 @@ class Search:
                           self.plan.warmup_steps)
         self.end_line(summary(result) + _compile_note(result))
         return result, "ran"
-
-    def hang_s(self, expected_s: float) -> float:
-        """When a trial expected to take `expected_s` counts as hung: three times that (a first
-        compile is hard to predict), at least TIMEOUT_FLOOR_S."""
-        return min(self.plan.trial_timeout_s, max(TIMEOUT_FLOOR_S, 3 * expected_s + 30))
-
-    def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
-        """When a trial is stopped: when it counts as hung (`hang_s`), and within a time budget
-        no later than its end plus the trial's expected time, at most OVERRUN_SHARE of the
-        budget (`by_budget_end`: plus GRACE_S)."""
-        timeout = self.hang_s(expected_s)
-        if self.plan.budget_s:
-            past = GRACE_S if by_budget_end else min(
-                max(TIMEOUT_FLOOR_S, expected_s), max(GRACE_S, OVERRUN_SHARE * self.plan.budget_s))
-            timeout = min(timeout, max(0.0, self.time_left()) + past)
-        return timeout
-
-    def _cut_short(self, result: TrialResult, timeout: float, planned_s: float) -> TrialResult:
-        """A trial stopped by a timeout the time budget's end made shorter than a hang's is
-        marked "timeout", not "crash": the search stopped it, nothing says it failed (its
-        options take no blame for it)."""
-        if result.status != "crash" or not result.message.startswith(NO_RESULT) \
-                or timeout >= self.hang_s(planned_s):
-            return result
-        return replace(result, status="timeout", message=(
-            f"stopped at the time budget's end after {timeout:.0f} s (planned to take "
-            f"{planned_s:.0f} s)"))
 
     def _may_fit(self, config: TuneConfig, device_bytes: int) -> bool:
         """Whether an fp32 reference may fit the device: not where a certain estimate says it

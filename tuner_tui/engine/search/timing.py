@@ -42,7 +42,7 @@ the first configuration again; batch 32 whole, a new shape, 23.3 s. The re-measu
 0.4 to 0.6. At 0.2, a re-measure planned to fit in 89 s took 147 s. The HF Llama with float8, CUDA
 graphs and checkpointing every other block re-measured at about 1.1 (h200-2026-12-04/
 search-hf16-cached-fit): a plan, not a promise; the re-measure is stopped at the budget's end
-(`driver.GRACE_S`)."""
+(`deadline.GRACE_S`)."""
 
 
 def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
