@@ -220,6 +220,29 @@ def test_the_compiled_recipe_is_compiled_per_block_where_that_expects_more_gain_
     assert compiled.config.compile_scope == scope
 
 
+def test_the_scouts_run_where_the_recipe_compiled_per_block_leaves_them_time():
+    """A 2B model with 170 s left: its whole compile (float8, about 160 s) leaves no time for
+    the eager scouts beside it, its per-block compile does; the scouts run, then the recipe
+    per block."""
+    space = default_space(GPU, 16)
+    history = History(space)
+    history.add(space.start(), _measured(space.start(), 50e3))
+    times = TrialTimes("cuda", steps=20, warmup_steps=5, params=int(2e9))
+    strategy = AnytimeSearch(space, Context("cuda", large=True, default_batch=16), times=times,
+                             time_available=lambda: 170.0)
+    eager = strategy.next(history)
+    history.add(eager.config, _measured(eager.config, 200e3))
+    strategy.observe(eager.config, history.get(eager.config), 10.0, history)
+    scouts, proposal = 0, strategy.next(history)
+    while proposal.why.startswith("the eager recipe with"):
+        scouts += 1
+        history.add(proposal.config, _measured(proposal.config, 190e3))
+        strategy.observe(proposal.config, history.get(proposal.config), 10.0, history)
+        proposal = strategy.next(history)
+    assert scouts >= 1
+    assert proposal.why == "the expert's recipe" and proposal.config.compile_scope == "block"
+
+
 def _after_the_compiled_recipe() -> tuple:
     """A search on the H200 whose eager recipe measured 200k and compiled one 480k: (space,
     strategy, history, eager, compiled)."""

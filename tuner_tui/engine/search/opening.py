@@ -128,7 +128,8 @@ class Opening:
             parent = self.predictor.measured(ran)
             guess, step, seconds = self.predictor.estimate(parent, child, moved, history)
             available = self.time_available()
-            compiled = self.predictor.from_start(self._scouted(history), "", history)
+            compiled = self.predictor.from_start(
+                self._scoped(self._scouted(history), history), "", history)
             if available is not None and seconds + compiled.trial_s > available:
                 self.scouted = len(SCOUTED)
                 return None
