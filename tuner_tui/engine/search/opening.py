@@ -83,7 +83,7 @@ class Opening:
             if scout is not None:
                 return scout
             self.pending = False
-            self.expert = self._scoped(self._scouted(history), history)
+            self.expert = self._compiled(history)
             expert = self.predictor.from_start(self.expert, "the expert's recipe", history)
             available = self.time_available()
             if available is None or expert.trial_s <= available:
@@ -128,8 +128,7 @@ class Opening:
             parent = self.predictor.measured(ran)
             guess, step, seconds = self.predictor.estimate(parent, child, moved, history)
             available = self.time_available()
-            compiled = self.predictor.from_start(
-                self._scoped(self._scouted(history), history), "", history)
+            compiled = self.predictor.from_start(self._compiled(history), "", history)
             if available is not None and seconds + compiled.trial_s > available:
                 self.scouted = len(SCOUTED)
                 return None
@@ -194,6 +193,10 @@ class Opening:
             if gain > 0:
                 config = changed
         return config
+
+    def _compiled(self, history: History) -> TuneConfig:
+        """The compiled recipe as it will run: with what the scouts taught, at its scope."""
+        return self._scoped(self._scouted(history), history)
 
     def _scoped(self, config: TuneConfig, history: History) -> TuneConfig:
         """The compiled recipe compiled whole or per block, whichever expects more gain per
