@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -208,16 +209,21 @@ def test_the_compiled_recipe_is_compiled_per_block_where_that_expects_more_gain_
     per block it compiles in 0.4 of that for a cost its prior puts at -3% +- 5%: the recipe is
     compiled per block. GPT-2's whole compile takes 25 s and per block costs it 8%: whole. (The
     eager recipe measured far under what the priors predict from the baseline: the other scope
-    is predicted from the recipe's prediction, not from the baseline's.)"""
+    is predicted from the recipe's prediction, not from the baseline's.) The eager recipe's
+    reason quotes the compile at both scopes."""
     space = default_space(GPU, 16, fixed={"batch_size": 16})
     history = History(space)
     history.add(space.start(), _measured(space.start(), 50e3))
     times = TrialTimes("cuda", steps=20, warmup_steps=5, params=int(params))
     strategy = AnytimeSearch(space, Context("cuda", large=large, default_batch=16), times=times,
                              time_available=lambda: 240.0)
-    _, compiled = _recipes(strategy, history)
+    eager, compiled = _recipes(strategy, history)
     assert compiled.why == "the expert's recipe" and compiled.config.compile_mode != "off"
     assert compiled.config.compile_scope == scope
+    whole, block = re.search(r"about (\d+) s whole or (\d+) s per block", eager.why).groups()
+    quoted = float(whole if scope == "model" else block)
+    assert quoted == pytest.approx(compiled.trial_s, rel=0.25)
+    assert float(block) < 0.6 * float(whole)
 
 
 def test_the_scouts_run_where_the_recipe_compiled_per_block_leaves_them_time():

@@ -338,7 +338,10 @@ def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
             assert first["ended_s"] < (120 if size == "large" else 40)
         # The compiled recipe follows, where it still fits in the time left (after the eager
         # one with an option changed, where that fits beside it).
-        took, left = map(float, re.findall(r"about (\d+) s of the (\d+) s", whys[1])[0])
+        # (quoted whole and per block: the scope is chosen once the eager recipe has run)
+        took, block, left = map(float, re.findall(
+            r"about (\d+) s whole or (\d+) s per block, of the (\d+) s", whys[1])[0])
+        assert block < took
         after = next(e for e in trials[2:] if not e["why"].startswith("the eager recipe with"))
         scouted = sum(e["ended_s"] - e["started_s"] for e in trials[2:trials.index(after)])
         if took <= left - (first["ended_s"] - first["started_s"]) - scouted - 5:

@@ -105,12 +105,24 @@ class Opening:
             return None
         self.pending = True
         self.eager = eager
-        compiled = self.predictor.from_start(self.expert, "the expert's recipe", history)
         available = self.time_available()
-        left = f" of the {available:.0f} s left" if available is not None else ""
+        left = f", of the {available:.0f} s left" if available is not None else ""
         return self.predictor.from_start(
             eager, f"the expert's recipe without compile, first (compiling it would take about "
-                   f"{compiled.trial_s:.0f} s{left})", history)
+                   f"{self._compile_quote(history)}{left})", history)
+
+    def _compile_quote(self, history: History) -> str:
+        """The compiled recipe's trial time, at each scope it may run at: which one is chosen
+        after the eager recipe has run (`_scoped`)."""
+        scopes = ("model", "block") if "compile_scope" in dict(self.space.choices) else ()
+        timed = [(scope, self.predictor.from_start(config, "", history).trial_s)
+                 for scope in scopes
+                 if (config := variant(self.space, self.expert, compile_scope=scope)) is not None
+                 and self.space.contains(config)]
+        if len(timed) < 2:
+            return f"{self.predictor.from_start(self.expert, '', history).trial_s:.0f} s"
+        (_, whole), (_, block) = timed
+        return f"{whole:.0f} s whole or {block:.0f} s per block"
 
     def _scout(self, history: History) -> Proposal | None:
         """Between the two recipes, the eager one with one of SCOUTED changed, each once,
