@@ -390,11 +390,11 @@ class CountingExecutor(WorkerExecutor):
 
 def hold_off_second_runs(monkeypatch):
     """A CPU shared with other tests slows a trial at random: the search would run it once more
-    (driver.SURPRISE_SDS, tested on simulated disturbances in test_search_simulated.py), and
+    (surprise.SURPRISE_SDS, tested on simulated disturbances in test_search_simulated.py), and
     the trials these tests count would change with the host's load."""
-    from tuner_tui.engine.search import driver
+    from tuner_tui.engine.search import surprise
 
-    monkeypatch.setattr(driver, "SURPRISE_SDS", float("inf"))
+    monkeypatch.setattr(surprise, "SURPRISE_SDS", float("inf"))
 
 
 @pytest.fixture

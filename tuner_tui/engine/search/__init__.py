@@ -14,6 +14,7 @@
 - `plan`: what a search is asked to do (`SearchPlan`) and its time line's entries;
 - `deadline`: the time budget, and when a trial is stopped;
 - `leaders`: the leaders' interleaved re-measure, planned and run in the time left;
+- `surprise`: a contender measured far below its prediction, run once more;
 - `driver`: the search itself (`Search`): the time budget, the trials, the outcome;
 - `report`: the outcome, why the recommendation won, the report, JSON and export.
 

@@ -8,7 +8,8 @@ always the candidate with the highest expected gain per second. Around it, this 
 - reuses a trial measured before on this machine with this code (the result store);
 - gives each trial the fp32 reference's losses, run once per workload, batch and machine and
   kept on disk (`reference_cache.py`), and its worker the reference's gradient sketch;
-- stops a trial early once it is clearly slower than the best so far;
+- stops a trial early once it is clearly slower than the best so far, and runs once more one
+  measured far below its prediction (`surprise.py`);
 - keeps back the time the leaders' interleaved re-measurement will need (`leaders.py`), runs
   it when the search's next trial would eat into that time, and gives what is left after it
   back to the search: the time budget ends with at most one trial's worth unused;
@@ -54,6 +55,7 @@ from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_p
 from tuner_tui.engine.search.references import References
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
 from tuner_tui.engine.search.space import default_space
+from tuner_tui.engine.search.surprise import confirm_surprise
 from tuner_tui.engine.search.timing import TrialTimes, stepping
 from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, workload_key
@@ -64,14 +66,6 @@ REUSABLE = STORE_REUSABLE + ("stopped",)
 as clearly slower than the best."""
 FIRST_STEPS_MIN = 5
 """The fewest measured steps a trial's first measurement takes (where --steps allows)."""
-SURPRISE_SDS = 4.0
-"""A trial measured this many of its prediction's deviations (and 5%) below what was expected
-of it runs once more before it is believed: a disturbed run (another process on the GPU, a
-clock throttled for the run) must not close a direction the priors said pays ..."""
-SURPRISE_SHARE = 0.2
-"""... where running it again takes at most this share of the time left: disturbances are rare,
-and on a large model one more run can cost a compiled trial (llama-1b on the H200: 52 s of the
-195 s left)."""
 
 
 class Search:
@@ -219,7 +213,7 @@ class Search:
                     continue  # the time left after it goes back to the search
                 break
             result = self.evaluate(proposal.config, proposal.why, proposal=proposal)
-            result = self._confirm_surprise(proposal, result)
+            result = confirm_surprise(self, proposal, result)
             self._check_later(proposal.config, result)
             if proposal.config == self.space.start() and not (result.status == "ok" and result.losses):
                 # The baseline gave no losses (and perhaps no peak): the reference runs now, so
@@ -308,19 +302,19 @@ class Search:
 
     def _decide(self, config: TuneConfig, why: str, proposal: Proposal | None,
                 steps: int | None) -> tuple[TrialResult, str]:
-        steps = self._steps_for(config) if steps is None else steps
+        steps = self.steps_for(config) if steps is None else steps
         stored = None if self.plan.fresh else self.store.lookup(
             self.workload_key, config.to_dict(), steps, self.plan.warmup_steps, self.environment)
         # With --profile, a stored row that ran without a profile is measured again, with one.
         unprofiled = (self.plan.profile_steps and stored is not None
                       and stored.result.status == "ok" and not stored.result.profile)
         if stored is not None and stored.result.status in REUSABLE and not unprofiled:
-            self._begin(config, why)
+            self.begin(config, why)
             self.end_line("skipped as measured (in the store): " + summary(stored.result))
             return stored.result, "reused"
         estimated = self._estimate(config)
         reference = self.refs.for_config(config)
-        self._begin(config, why)
+        self.begin(config, why)
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
@@ -355,7 +349,7 @@ class Search:
         except Exception:
             return None
 
-    def _begin(self, config: TuneConfig, why: str) -> None:
+    def begin(self, config: TuneConfig, why: str) -> None:
         index = len(self.order) + 1
         best_now = self.history.best()
         note = fmt.clock(self.elapsed())
@@ -382,7 +376,7 @@ class Search:
             return 1_000_000
         return int(max(0.0, left) // typical)
 
-    def _steps_for(self, config: TuneConfig) -> int:
+    def steps_for(self, config: TuneConfig) -> int:
         """Measured steps for this trial: half the plan's (the leaders are measured again in
         full, interleaved: a short first measurement for every candidate, a full one for the
         contenders). A configuration that computes the fp32 reference (the baseline, a
@@ -426,40 +420,6 @@ class Search:
         tokens_per_step = batch * self.workload["items_per_sample"]
         return tokens_per_step / (top.tokens_per_s / self.plan.early_stop_ratio) * 1e3
 
-    def _confirm_surprise(self, proposal: Proposal, result: TrialResult) -> TrialResult:
-        """Run a contender again when its first measurement fell far below its prediction; the
-        faster of the two runs stands (a disturbance only ever slows a run)."""
-        top = self.history.best()
-        if (proposal.mean is None or result.status not in ("ok", "stopped")
-                or not result.tokens_per_s or top is None):
-            return result
-        measured = math.log(result.tokens_per_s)
-        expected = proposal.mean - SURPRISE_SDS * max(proposal.sd, 0.01) - 0.05
-        if measured >= expected or proposal.mean < math.log(top.tokens_per_s):
-            return result  # as expected, or not expected to beat the best anyway
-        if self.leaders.repeat_s(result) > SURPRISE_SHARE * self.time_left():
-            return result
-        began = self.elapsed()
-        self._begin(proposal.config, "measured far below its prediction: once more")
-        try:
-            again = self.run_trial(proposal.config, self.refs.for_config(proposal.config),
-                              self._steps_for(proposal.config),
-                              timeout=self.timeout(self.leaders.repeat_s(result)))
-        except Exception as exc:
-            again = error_row(proposal.config, exc)
-        self.end_line(summary(again))
-        self.timeline.append(Event(len(self.timeline) + 1, "confirm", again.label, again.status,
-                                   "ran", "measured far below its prediction: once more", began,
-                                   self.elapsed(), again.tokens_per_s, *self.best_now()))
-        if again.status in ("ok", "stopped") and (again.tokens_per_s or 0) > result.tokens_per_s:
-            again = replace(again, memory_estimate=result.memory_estimate)
-            self.history.add(proposal.config, again)
-            self.order = [again if r is result else r for r in self.order]
-            self.store.record(again, self.environment, self.workload_key,
-                              self._steps_for(proposal.config), self.plan.warmup_steps)
-            return again
-        return result
-
     def _reference_check_s(self, config: TuneConfig) -> float:
         """What checking `config`'s loss after it ran would take: the fp32 reference at its
         batch (0 where none is needed)."""
@@ -473,9 +433,13 @@ class Search:
         checked = self.refs.check_later(config, result, left, self.times.reference_s)
         if checked is None:
             return result
-        self.history.add(config, checked)
-        self.order = [checked if r is result else r for r in self.order]
+        self.supersede(config, result, checked)
         return checked
+
+    def supersede(self, config: TuneConfig, result: TrialResult, later: TrialResult) -> None:
+        """`config`'s row is `later` from now on, where it was `result`."""
+        self.history.add(config, later)
+        self.order = [later if r is result else r for r in self.order]
 
     # -- the outcome ---------------------------------------------------------------------------
     def _recommendation(self) -> tuple[TrialResult | None, remeasure.Verdict | None]:
