@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -39,6 +40,11 @@ class Parser(argparse.ArgumentParser):
         """The subcommands' parsers by name (set by `build_parser`)."""
 
     def error(self, message: str) -> None:  # one line instead of usage + message
+        # argparse's "invalid int value: 'x'" names neither what is allowed nor in words.
+        message = re.sub(r"invalid int value: ('.*')", r"\1 is not allowed: a whole number",
+                         message)
+        message = re.sub(r"invalid float value: ('.*')", r"\1 is not allowed: a number",
+                         message)
         raise UsageError(f"{message} (see {self.prog} --help)")
 
     def takes(self, flag: str) -> bool:

@@ -31,6 +31,8 @@ def _check_user_error(proc, *words):
         (["bench", "--set", "compile_fullgraph=maybe"], ["compile_fullgraph", "true or false"]),
         (["bench", "--preset", "fastest"], ["unknown preset 'fastest'", "ladder"]),
         (["bench", "--steps", "0"], ["--steps 0 is out of range"]),
+        (["tune", "--remeasure", "x"], ["--remeasure: 'x' is not allowed: a whole number"]),
+        (["tune", "--budget-minutes", "soon"], ["'soon' is not allowed: a number"]),
         (["bench", "--bogus"], ["unrecognized arguments: --bogus"]),
         (["--config", "/no/such.toml", "--device", "cpu"], ["/no/such.toml does not exist"]),
     ],
