@@ -16,6 +16,7 @@ from pathlib import Path
 
 from strategies.config import TuneConfig
 from strategies.registry import Capabilities
+from tuner_tui.app.app import GputuneApp
 from tuner_tui.engine import protocol
 from tuner_tui.engine.profile import Activity, summarize
 from tuner_tui.engine.telemetry import GpuSample, HostSample, ProcessSample, TelemetrySample
@@ -247,3 +248,25 @@ class RecordedWorker(FakeWorker):
         if not self.alive:
             raise RuntimeError("worker is dead")
         self.commands.append(command)
+
+
+def make_app(start_config=None, **fake):
+    workers: list[FakeWorker] = []
+
+    def factory():
+        worker = FakeWorker(**fake)
+        workers.append(worker)
+        return worker
+
+    app = GputuneApp(factory, start_config, sampler_factory=lambda: FakeSampler(gpu=False))
+    return app, workers
+
+
+def number(cell) -> int:
+    """A leaderboard row's number, without its mark (★ best, = tie)."""
+    return int(str(cell).rstrip("★="))
+
+
+def applied(worker: FakeWorker) -> list[dict]:
+    """The configurations the app sent, as plain dicts."""
+    return [c.config.to_dict() for c in worker.commands if isinstance(c, protocol.ApplyConfig)]
