@@ -114,14 +114,12 @@ class Opening:
     def _compile_quote(self, history: History) -> str:
         """The compiled recipe's trial time, at each scope it may run at: which one is chosen
         after the eager recipe has run (`_scoped`)."""
-        scopes = ("model", "block") if "compile_scope" in dict(self.space.choices) else ()
-        timed = [(scope, self.predictor.from_start(config, "", history).trial_s)
-                 for scope in scopes
-                 if (config := variant(self.space, self.expert, compile_scope=scope)) is not None
-                 and self.space.contains(config)]
-        if len(timed) < 2:
+        scoped = [variant(self.space, self.expert, compile_scope=scope)
+                  for scope in ("model", "block")] \
+            if "compile_scope" in dict(self.space.choices) else []
+        if not scoped or not all(c is not None and self.space.contains(c) for c in scoped):
             return f"{self.predictor.from_start(self.expert, '', history).trial_s:.0f} s"
-        (_, whole), (_, block) = timed
+        whole, block = (self.predictor.from_start(c, "", history).trial_s for c in scoped)
         return f"{whole:.0f} s whole or {block:.0f} s per block"
 
     def _scout(self, history: History) -> Proposal | None:
