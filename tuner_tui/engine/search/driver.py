@@ -16,7 +16,7 @@ always the candidate with the highest expected gain per second. Around it, this 
 - turns anything that goes wrong with one candidate (a refused combination, an estimate that
   cannot be made, a crash, a hang past its timeout, an error of the search itself) into a row
   with its reason, and every exit (the time budget, Ctrl-C, an internal error) into an
-  outcome that the report, the JSON and the export are written from;
+  outcome that the report, the JSON and the export are written from (`outcome.py`);
 - keeps a time line: when each trial started and ended, why it was tried, and the best so far.
 """
 
@@ -34,13 +34,12 @@ from strategies.applicability import inapplicable_options
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
-from tuner_tui.engine import remeasure
 from tuner_tui.engine.paths import compile_cache_environ
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, computes_reference
 from tuner_tui.engine.reference_cache import ReferenceCache
-from tuner_tui.engine.runner import TrialPlan, best, trace_path
+from tuner_tui.engine.runner import TrialPlan, trace_path
 from tuner_tui.engine.search.anytime import AnytimeSearch
 from tuner_tui.engine.search.deadline import Deadline
 from tuner_tui.engine.search.proposal import Proposal
@@ -48,12 +47,13 @@ from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, erro
 from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.leaders import LeaderRemeasure
 from tuner_tui.engine.search.memory import (
-    estimate, measured_peak, parameter_count, pareto_front, prior_estimate,
+    estimate, measured_peak, parameter_count, prior_estimate,
 )
+from tuner_tui.engine.search.outcome import assemble
 from tuner_tui.engine.search.plan import Event, SearchPlan
 from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_pairs
 from tuner_tui.engine.search.references import References
-from tuner_tui.engine.search.report import SearchOutcome, budget_scope, explain
+from tuner_tui.engine.search.report import SearchOutcome, budget_scope
 from tuner_tui.engine.search.space import default_space
 from tuner_tui.engine.search.surprise import confirm_surprise
 from tuner_tui.engine.search.timing import TrialTimes, stepping
@@ -131,7 +131,7 @@ class Search:
                       "measured so far are reported")
         finally:
             self.executor.close()
-        return self._outcome()
+        return assemble(self)
 
     def say(self, line: str) -> None:
         try:
@@ -440,48 +440,6 @@ class Search:
         """`config`'s row is `later` from now on, where it was `result`."""
         self.history.add(config, later)
         self.order = [later if r is result else r for r in self.order]
-
-    # -- the outcome ---------------------------------------------------------------------------
-    def _recommendation(self) -> tuple[TrialResult | None, remeasure.Verdict | None]:
-        """The best by first measurement, unless the last re-measurement of it named another."""
-        eligible = self.history.eligible() if self.history is not None else []
-        top = best(eligible)
-        for verdict in reversed(self.leaders.verdicts):
-            originals = [c.original for c in verdict.candidates]
-            if top is not None and any(o is top for o in originals):
-                return (verdict.winner or top), verdict
-        return top, None
-
-    def _outcome(self) -> SearchOutcome:
-        results = list(self.order)
-        history = self.history
-        eligible = history.eligible() if history is not None else []
-        ranked = sorted(eligible, key=lambda r: -r.tokens_per_s)
-        ranked += [r for r in results if not any(r is x for x in ranked)]
-        top, verdict = self._recommendation()
-        if self.plan.budget_s and not self.interrupted and self.time_left() <= 0:
-            self.out_of_time = True
-        outcome = SearchOutcome(
-            results=results, ranked=ranked, eligible=len(eligible),
-            front=pareto_front(eligible), recommendation=top, reason="",
-            environment=getattr(self, "environment", {}), workload=getattr(self, "workload", {}),
-            workload_key=getattr(self, "workload_key", ""), space=getattr(self, "space", None),
-            budget_bytes=getattr(self, "budget_bytes", 0),
-            ran=self.counts["ran"], reused=self.counts["reused"], skipped=self.counts["skipped"],
-            errors=self.counts.get("error", 0),
-            out_of_time=self.out_of_time, end_note=self.end_note, interrupted=self.interrupted,
-            error=self.error,
-            elapsed_s=self.elapsed(), compared=list(self.compared), steps=self.plan.steps,
-            warmup_steps=self.plan.warmup_steps, remeasured=verdict,
-            remeasure_note="; ".join(n for n in (self.leaders.note, getattr(
-                getattr(self, "refs", None), "unchecked_note", "")) if n),
-            timeline=[e.to_dict() for e in self.timeline],
-        )
-        try:
-            outcome.reason = explain(outcome)
-        except Exception as exc:  # the report must be written whatever the explanation does
-            outcome.reason = f"(the reason could not be put in words: {type(exc).__name__})"
-        return outcome
 
 
 def _compile_note(result: TrialResult) -> str:
