@@ -128,6 +128,19 @@ class TuneConfig:
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.values}
 
+    def differing(self, other: "TuneConfig") -> tuple[str, ...]:
+        """The options in which `other` differs from this one, in the registry's order (both
+        hold their values coerced, in that order: the search compares hundreds of thousands)."""
+        moved = []
+        for (key, mine), (its_key, its) in zip(self.values, other.values):
+            if key != its_key:  # (a copy unpickled from an older class: compared by name)
+                return tuple(k for k in OPTIONS if _plain(self[k]) != _plain(other[k]))
+            if mine != its:
+                moved.append(key)
+        if len(self.values) != len(other.values):
+            return tuple(k for k in OPTIONS if _plain(self[k]) != _plain(other[k]))
+        return tuple(moved)
+
     def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults."""
         return {k: v for k, v in self.to_dict().items() if v != _plain(OPTIONS[k].default)}

@@ -194,3 +194,15 @@ def test_a_batch_that_the_devices_cannot_share_evenly_is_refused_with_the_sizes_
     with pytest.raises(ConfigError, match="batch_size = 8 is not a multiple of devices = 3"):
         config.accumulation_steps(8)
     assert config.accumulation_steps(6) == 1
+
+
+def test_differing_names_the_options_that_differ_in_the_registrys_order():
+    """The search compares configurations hundreds of thousands of times by their held values:
+    the same answer as comparing each option by name, lists and tuples alike."""
+    a = TuneConfig.from_dict({"precision": "bf16", "fused_kernels": ["rms_norm", "gelu"]})
+    b = a.replace(fused_kernels=("rms_norm", "gelu"), compile_mode="default", weights="bf16")
+    by_name = tuple(k for k in OPTIONS if a.to_dict()[k] != b.to_dict()[k])
+    assert a.differing(b) == by_name == tuple(k for k in OPTIONS if k in (
+        "weights", "compile_mode"))
+    assert a.differing(a.replace(fused_kernels=["rms_norm", "gelu"])) == ()
+    assert b.differing(a) == a.differing(b)

@@ -82,7 +82,7 @@ def accumulated(space: SearchSpace, config: TuneConfig) -> int:
 
 def options_moved(a: TuneConfig, b: TuneConfig) -> tuple[str, ...]:
     """The options in which `b` differs from `a`, in the registry's order."""
-    return tuple(k for k in OPTIONS if differs(a, b, k))
+    return a.differing(b)
 
 
 def differs(a: TuneConfig, b: TuneConfig, key: str) -> bool:

@@ -1,7 +1,8 @@
 """What a candidate is expected to give and to take: its throughput predicted from a measured
 configuration (its parent) by the priors, move by move (or from a measured configuration a move
-or two from it, where that is surer), its step time, and its trial time, the fp32 reference's
-run included where its batch has none yet. Torch-free.
+or two from it, or from all the runs at once (`joint.py`), where that is surer),
+its step time, and its trial time, the fp32 reference's run included where its batch has none
+yet. Torch-free.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.search.expert import variant
 from tuner_tui.engine.search.history import History
+from tuner_tui.engine.search.joint import JointModel
 from tuner_tui.engine.search.moves import accumulated, options_moved
 from tuner_tui.engine.search.priors import Estimate, Priors, accumulation_move, speed_known
 from tuner_tui.engine.search.proposal import Parent, Proposal
@@ -41,6 +43,7 @@ class Predictor:
         self.priors = priors
         self.times = times
         self.reference_ready = reference_ready
+        self.joint = JointModel()
 
     def batch(self, config: TuneConfig) -> int:
         return config.batch_size or self.space.default_batch
@@ -90,8 +93,8 @@ class Predictor:
     def estimate(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...],
                  history: History) -> tuple[Estimate, float | None, float]:
         """The child's throughput, step time and trial time, predicted from the parent, or
-        from a measured configuration a move or two from the child where that prediction is
-        surer (NEIGHBOUR_MOVES)."""
+        from a measured configuration a move or two from the child (NEIGHBOUR_MOVES), or from
+        all the runs at once (`joint.py`), whichever is surest."""
         guess = self.predict(parent, child, keys)
         for r in history.all():
             if not speed_known(r) or r.loss_ok is False or r.tune_config == parent.config:
@@ -101,6 +104,11 @@ class Predictor:
                 near = self.predict(self.measured(r), child, moved)
                 if near.sd < guess.sd:
                     guess = near
+        # All the runs at once: surer where runs that differ from it (and from each other) in
+        # several options have told levers apart that no single move measured.
+        joint = self.joint.predict(child, history.all(), self.priors.ctx)
+        if joint is not None and joint.sd < guess.sd:
+            guess = joint
         step = self.step_s(parent, child, guess.mean - parent.mean)
         return guess, step, self.trial_s(child, step, history)
 

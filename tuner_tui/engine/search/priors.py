@@ -190,7 +190,7 @@ def move_of(before: TuneConfig, after: TuneConfig, canonical) -> str | None:
 
 
 def distance(a: TuneConfig, b: TuneConfig) -> int:
-    return sum(_plain(a[k]) != _plain(b[k]) for k in OPTIONS)
+    return len(a.differing(b))
 
 
 class Priors:
