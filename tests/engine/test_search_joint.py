@@ -105,3 +105,28 @@ def test_the_search_takes_the_joint_prediction_where_it_is_surer():
     guess, _, _ = predictor.estimate(parent, COMPILED, keys, history)
     assert guess == predict(COMPILED, runs, CTX)
     assert guess.sd < predictor.predict(parent, COMPILED, keys).sd
+
+
+def test_a_joint_model_that_cannot_be_fitted_leaves_the_moves_prediction(monkeypatch):
+    """Whatever goes wrong in it, the search goes on with the move-by-move prediction."""
+    from tuner_tui.engine.search import History, default_space, joint
+    from tuner_tui.engine.search.moves import options_moved
+    from tuner_tui.engine.search.prediction import Predictor
+    from tuner_tui.engine.search.timing import TrialTimes
+
+    from search_cases import GPU
+
+    def broken(*args, **kwargs):
+        raise ValueError("singular")
+
+    space = default_space(GPU, 16)
+    history = History(space, None)
+    run = measured(EAGER, math.log(40e3))
+    history.add(run.tune_config, run)
+    predictor = Predictor(space, Priors(CTX, space.canonical),
+                          TrialTimes("cuda", 20, 5, default_batch=16), lambda c: True)
+    monkeypatch.setattr(joint, "features", broken)
+    parent = predictor.measured(run)
+    keys = options_moved(EAGER, COMPILED)
+    guess, _, _ = predictor.estimate(parent, COMPILED, keys, history)
+    assert guess == predictor.predict(parent, COMPILED, keys)

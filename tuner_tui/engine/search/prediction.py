@@ -106,7 +106,10 @@ class Predictor:
                     guess = near
         # All the runs at once: surer where runs that differ from it (and from each other) in
         # several options have told levers apart that no single move measured.
-        joint = self.joint.predict(child, history.all(), self.priors.ctx)
+        try:
+            joint = self.joint.predict(child, history.all(), self.priors.ctx)
+        except Exception:  # (a model that cannot be fitted leaves the moves' prediction)
+            joint = None
         if joint is not None and joint.sd < guess.sd:
             guess = joint
         step = self.step_s(parent, child, guess.mean - parent.mean)
