@@ -131,15 +131,10 @@ class TuneConfig:
     def differing(self, other: "TuneConfig") -> tuple[str, ...]:
         """The options in which `other` differs from this one, in the registry's order (both
         hold their values coerced, in that order: the search compares hundreds of thousands)."""
-        moved = []
-        for (key, mine), (its_key, its) in zip(self.values, other.values):
-            if key != its_key:  # (a copy unpickled from an older class: compared by name)
-                return tuple(k for k in OPTIONS if _plain(self[k]) != _plain(other[k]))
-            if mine != its:
-                moved.append(key)
-        if len(self.values) != len(other.values):
+        if [k for k, _ in self.values] != [k for k, _ in other.values]:
+            # (a copy unpickled from an older class: compared by name)
             return tuple(k for k in OPTIONS if _plain(self[k]) != _plain(other[k]))
-        return tuple(moved)
+        return tuple(k for (k, mine), (_, its) in zip(self.values, other.values) if mine != its)
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults."""

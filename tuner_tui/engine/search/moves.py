@@ -85,12 +85,6 @@ def options_moved(a: TuneConfig, b: TuneConfig) -> tuple[str, ...]:
     return a.differing(b)
 
 
-def differs(a: TuneConfig, b: TuneConfig, key: str) -> bool:
-    va, vb = a[key], b[key]
-    return (tuple(va) if isinstance(va, (list, tuple)) else va) != (
-        tuple(vb) if isinstance(vb, (list, tuple)) else vb)
-
-
 def show(config: TuneConfig, key: str) -> str:
     value = config[key]
     if isinstance(value, (list, tuple)):
@@ -98,4 +92,4 @@ def show(config: TuneConfig, key: str) -> str:
     return OPTIONS[key].show(value)
 
 
-__all__ = ["SingleMoves", "accumulated", "differs", "options_moved", "show"]
+__all__ = ["SingleMoves", "accumulated", "options_moved", "show"]
