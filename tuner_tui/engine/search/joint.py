@@ -19,8 +19,6 @@ import functools
 import math
 from typing import Sequence
 
-import numpy as np
-
 from strategies.config import TuneConfig
 from strategies.registry import OPTIONS
 from tuner_tui.engine.noise import is_noisy, spread
@@ -70,6 +68,10 @@ class _Fit:
     """The runs conditioned on once; a candidate is then a few vector products."""
 
     def __init__(self, runs: Sequence[TrialResult], ctx: Context) -> None:
+        # (numpy when a search fits, not at import: the torch-free parts import with the
+        # standard library alone, tests/test_packaging.py)
+        import numpy as np
+
         self.ctx = ctx
         self.shapes = [shape(r.tune_config, ctx.default_batch) for r in runs]
         rows = [features(r.tune_config, ctx) for r in runs]
@@ -98,12 +100,16 @@ class _Fit:
         self.inverse = np.linalg.inv(cov_runs)
         self.alpha = self.inverse @ (residual - np.array([self.levels[s] for s in self.shapes]))
 
-    def _cov(self, option, value, sd) -> np.ndarray:
+    def _cov(self, option, value, sd):
         """The prior covariance of the runs' effects with effects of (option, value, sd)."""
+        import numpy as np
+
         return np.where(self.option == option, self.sd * sd
                         + OWN_SD ** 2 * (self.value == value), 0.0)
 
     def predict(self, child: TuneConfig) -> Estimate | None:
+        import numpy as np
+
         want = shape(child, self.ctx.default_batch)
         if want not in self.levels:
             return None
