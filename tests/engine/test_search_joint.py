@@ -107,6 +107,43 @@ def test_the_search_takes_the_joint_prediction_where_it_is_surer():
     assert guess.sd < predictor.predict(parent, COMPILED, keys).sd
 
 
+def test_the_joint_prediction_counts_unless_the_store_taught_a_surer_move():
+    """Where the joint model can predict, it counts, even where the move-by-move prediction
+    claims more certainty from this search's pairs (the joint model holds the same runs); the
+    moves' prediction stays where it is surer and the store (earlier searches, whose runs the
+    joint model lacks) taught its move."""
+    from tuner_tui.engine.search import History, default_space
+    from tuner_tui.engine.search.moves import options_moved
+    from tuner_tui.engine.search.prediction import Predictor
+    from tuner_tui.engine.search.priors import Pair
+    from tuner_tui.engine.search.timing import TrialTimes
+
+    from search_cases import GPU
+
+    space = default_space(GPU, 16)
+    history = History(space, None)
+    run = measured(EAGER, math.log(40e3))
+    history.add(run.tune_config, run)
+    keys = options_moved(EAGER, COMPILED)
+    pairs = [Pair(key, EAGER, COMPILED, 0.3, 0.0) for key in keys for _ in range(10)]
+    joint = predict(COMPILED, [run], CTX)
+    times = TrialTimes("cuda", 20, 5, default_batch=16)
+
+    learned_here = Priors(CTX, space.canonical)
+    for pair in pairs:
+        learned_here.pairs[pair.key].append(pair)
+    here = Predictor(space, learned_here, times, lambda c: True)
+    parent = here.measured(run)
+    assert here.predict(parent, COMPILED, keys).sd < joint.sd  # (the moves claim more)
+    assert here.estimate(parent, COMPILED, keys, history)[0] == joint
+
+    stored = Predictor(space, Priors(CTX, space.canonical, store_pairs=pairs), times,
+                       lambda c: True)
+    moves = stored.predict(parent, COMPILED, keys)
+    assert moves.sd < joint.sd
+    assert stored.estimate(parent, COMPILED, keys, history)[0] == moves
+
+
 def test_a_joint_model_that_cannot_be_fitted_leaves_the_moves_prediction(monkeypatch):
     """Whatever goes wrong in it, the search goes on with the move-by-move prediction."""
     from tuner_tui.engine.search import History, default_space, joint

@@ -203,6 +203,8 @@ class Priors:
         self.pairs: dict[str, list[Pair]] = defaultdict(list)
         for pair in store_pairs:
             self.pairs[pair.key].append(pair)
+        self.stored = frozenset(pair.key for pair in store_pairs)
+        """The options whose moves the store's pairs (earlier searches) taught."""
         self.failures: dict[tuple[str, object], float] = {}
         self.successes: dict[tuple[str, object], int] = {}
 
