@@ -1,7 +1,7 @@
-"""What a candidate is expected to give and to take: its throughput predicted from a measured
-configuration (its parent) by the priors, move by move (or from a measured configuration a move
-or two from it, or from all the runs at once, `joint.py`, where that is surer), its step time,
-and its trial time, the fp32 reference's run included where its batch has none yet. Torch-free.
+"""What a candidate is expected to give and to take: its throughput predicted from all the runs
+at once (`joint.py`) where that can be made, else from a measured configuration (its parent, or
+one a move or two from it) by the priors, move by move; its step time, and its trial time, the
+fp32 reference's run included where its batch has none yet. Torch-free.
 """
 
 from __future__ import annotations
