@@ -94,6 +94,27 @@ class Predictor:
         """The child's throughput, step time and trial time, predicted from all the runs at
         once (`joint.py`) where that can be made, else from the parent or a measured
         configuration a move or two from the child (NEIGHBOUR_MOVES), whichever is surer."""
+        # All the runs at once (`joint.py`) wherever it can be made: it holds every run, where a
+        # move holds one and its pairs. The moves' prediction is made only where the joint one
+        # cannot be, or where the store taught the move from earlier searches, whose runs the
+        # joint model lacks (then the surer counts).
+        try:
+            joint = self.joint.predict(child, history.all(), self.priors.ctx)
+        except Exception:  # (a model that cannot be fitted leaves the moves' prediction)
+            joint = None
+        if joint is not None and not self.priors.stored & set(keys):
+            guess = joint
+        else:
+            guess = self._from_measured(parent, child, keys, history)
+            if joint is not None and joint.sd < guess.sd:
+                guess = joint
+        step = self.step_s(parent, child, guess.mean - parent.mean)
+        return guess, step, self.trial_s(child, step, history)
+
+    def _from_measured(self, parent: Parent, child: TuneConfig, keys: tuple[str, ...],
+                       history: History) -> Estimate:
+        """Moved from the parent, or from a measured configuration a move or two from the child
+        (NEIGHBOUR_MOVES), whichever is surer."""
         guess = self.predict(parent, child, keys)
         for r in history.all():
             if not speed_known(r) or r.loss_ok is False or r.tune_config == parent.config:
@@ -103,17 +124,7 @@ class Predictor:
                 near = self.predict(self.measured(r), child, moved)
                 if near.sd < guess.sd:
                     guess = near
-        # All the runs at once (`joint.py`) wherever it can be made: it holds every run, where a
-        # move holds one and its pairs. The moves' prediction stays only where it is surer and
-        # the store taught its move from earlier searches, whose runs the joint model lacks.
-        try:
-            joint = self.joint.predict(child, history.all(), self.priors.ctx)
-        except Exception:  # (a model that cannot be fitted leaves the moves' prediction)
-            joint = None
-        if joint is not None and (joint.sd < guess.sd or not self.priors.stored & set(keys)):
-            guess = joint
-        step = self.step_s(parent, child, guess.mean - parent.mean)
-        return guess, step, self.trial_s(child, step, history)
+        return guess
 
     def trial_s(self, config: TuneConfig, step_s: float | None, history: History,
                 cached: bool = False) -> float:

@@ -175,7 +175,7 @@ def accumulation_move(step_s: float, optimizer_s: float, k_from: int, k_to: int)
 def move_of(before: TuneConfig, after: TuneConfig, canonical) -> str | None:
     """The one option whose change takes `before` to `after` (with what goes with it under
     `canonical`), or None where they differ by more than one move."""
-    differing = [k for k in OPTIONS if _plain(before[k]) != _plain(after[k])]
+    differing = before.differing(after)
     if not differing:
         return None
     if len(differing) == 1:
