@@ -608,6 +608,20 @@ def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
     assert stopped == ["crash", "timeout"]
 
 
+def test_nothing_starts_after_the_time_budget_has_ended(tmp_path):
+    """A minute's budget whose baseline hangs (these two oracles, faults drawn often): the
+    baseline is stopped GRACE_S past the budget's end and nothing starts after it. Before, the
+    fp32 reference runs and the expert's recipe each began after the end and were stopped
+    GRACE_S later, for nothing: the searches ended 29 s and 48 s late."""
+    for seed in (3041, 3084):
+        o = Oracle(seed, fault_rate=0.1)
+        outcome, _, clock = simulate(o, tmp_path / str(seed), 60.0)
+        assert outcome.results[0].status == "timeout", seed  # (the case happens here)
+        assert all(e["started_s"] < 60.0 for e in outcome.timeline), seed
+        assert clock.now <= 60.0 + GRACE_S + 1 and outcome.error == ""
+        assert outcome.out_of_time
+
+
 def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end(tmp_path):
     """Near the end a move outside the compiled answer's graph is let in where its compile from
     the cache fits in the time left; where the cache does not help (warm compiles as long as

@@ -321,6 +321,19 @@ def test_an_option_that_changes_the_training_is_expected_to_change_no_speed():
     assert clip.mean == 0.0 and clip.sd < 0.01 < fullgraph.sd
 
 
+def test_a_batch_move_that_changes_neither_batch_nor_micro_batch_is_no_change_and_no_error():
+    """Moving key by key from the incumbent, a batch move can land where an earlier key's move
+    already put the batch (a 20-minute simulated search divided by its prior's zero deviation
+    and ended 7 minutes early): it predicts no change, exactly."""
+    from tuner_tui.engine.search.priors import Priors
+
+    priors = Priors(Context("cuda", large=False, default_batch=16), canonical=lambda c: c)
+    at = TuneConfig.from_dict({"precision": "bf16", "batch_size": 256, "micro_batch_size": 32})
+    same = priors.move("batch_size", at, at)
+    default = priors.move("batch_size", TuneConfig(), TuneConfig().replace(batch_size=16))
+    assert (same.mean, same.sd) == (0.0, 0.0) and (default.mean, default.sd) == (0.0, 0.0)
+
+
 def test_a_lost_loss_is_blamed_on_the_numerics_not_on_the_compiler_beside_them():
     from tuner_tui.engine.search.priors import Priors
 

@@ -215,7 +215,8 @@ class Search:
             result = self.evaluate(proposal.config, proposal.why, proposal=proposal)
             result = confirm_surprise(self, proposal, result)
             self._check_later(proposal.config, result)
-            if proposal.config == self.space.start() and not (result.status == "ok" and result.losses):
+            no_losses = not (result.status == "ok" and result.losses)
+            if proposal.config == self.space.start() and no_losses and not self._time_out():
                 # The baseline gave no losses (and perhaps no peak): the reference runs now, so
                 # that the expert's recipe is fitted to the budget from a measured peak.
                 self.refs.for_config(self.space.start().replace(precision="bf16")
@@ -245,6 +246,10 @@ class Search:
 
     def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
         return self.deadline.timeout(expected_s, by_budget_end)
+
+    def _time_out(self) -> bool:
+        """The time budget has ended: nothing more starts."""
+        return bool(self.plan.budget_s) and self.time_left() <= 0
 
     def _time_available(self) -> float | None:
         """Seconds the next trial may take: the time left less what re-measuring the leaders

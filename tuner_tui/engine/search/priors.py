@@ -257,6 +257,8 @@ class Priors:
     def move(self, key: str, parent: TuneConfig, child: TuneConfig) -> Estimate:
         """The prior of the move sharpened by the measured pairs of the same change."""
         prior = move_prior(key, parent, child, self.ctx)
+        if prior.sd <= 0:
+            return prior  # it changes nothing its prior weighs (the same batch and micro-batch)
         precision = 1 / prior.sd ** 2
         weighted = prior.mean * precision
         batch = key in ("batch_size", "micro_batch_size")

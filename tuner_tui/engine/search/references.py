@@ -103,6 +103,8 @@ class References:
             if result.status == "ok" and result.losses:
                 self.keep(reference, result)
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
+            if result.status == "timeout":
+                break  # stopped at the time budget's end: the next one would be as well
         self.losses[key] = ()
         return ()
 
