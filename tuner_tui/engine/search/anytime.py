@@ -112,9 +112,6 @@ class AnytimeSearch(SearchStrategy):
         if start not in history:
             return self._keep(Proposal(start, "the fp32 eager baseline", trial_s=self.times.trial_s(
                 start, None)))
-        available = self.time_available()
-        if available is not None and available <= 0:
-            return None  # the time budget has ended (or is the leaders' re-measure's): none starts
         opening = self.opening.next(history, self.footprint)
         if opening is not None:
             return self._keep(opening)

@@ -207,7 +207,8 @@ class Search:
             self.compared.append(self.evaluate(self.space.canonical(config), "--compare",
                                                kind="compare"))
         while True:
-            proposal = self.strategy.next(self.history)
+            # Once the time budget has ended nothing more starts (the leaders' note is still made).
+            proposal = None if self._time_out() else self.strategy.next(self.history)
             if proposal is None:
                 if self.leaders.due() and self.leaders.run():
                     continue  # the time left after it goes back to the search
