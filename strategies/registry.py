@@ -380,7 +380,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                 "compile_scope",
                 "model",
                 "model: one graph for the whole model; block: compile each repeated block "
-                "(cheaper to compile)",
+                "(cheaper to compile; blocks of several shapes are compiled whole)",
                 choices=("model", "block"),
                 label="Compile scope",
                 search=SearchFacts(

@@ -4,6 +4,8 @@ preset's rungs, read back from a worker's description."""
 import torch
 from torch import nn
 
+import strategies
+
 from strategies.applicability import distinct, inapplicable_options, split_key
 from strategies.compose import inapplicable
 from strategies.config import TuneConfig
@@ -32,6 +34,42 @@ def test_a_cnn_uses_no_attention_kernels_float8_or_blocks():
                           "fp8_layers", "checkpointing", "checkpoint_every",
                           "compile_scope=block"}
     assert found["checkpointing"].startswith("no repeated blocks")
+
+
+class Stage(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv = nn.Conv2d(width, width, 3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv(x)
+
+
+class TwoStageCNN(nn.Module):
+    """A ResNet's shape: stages of blocks that differ in width from stage to stage."""
+
+    def __init__(self, widths=(8, 16)):
+        super().__init__()
+        self.stem = nn.Conv2d(3, widths[0], 3)
+        self.stages = nn.ModuleList(nn.Sequential(Stage(w), Stage(w)) for w in widths)
+        self.widen = nn.Conv2d(widths[0], widths[-1], 1)
+
+    def blocks(self):
+        return [block for stage in self.stages for block in stage]
+
+
+def test_blocks_of_several_shapes_are_compiled_whole_and_blocks_of_one_per_block():
+    model = TwoStageCNN()
+    found = inapplicable(model, model.blocks())
+    assert "2 shapes" in found["compile_scope=block"] and "checkpointing" not in found
+    config = TuneConfig.from_dict({"compile_mode": "default", "compile_scope": "block"})
+    run = strategies.apply(config, model, device_type="cpu", blocks=model.blocks())
+    assert run.report["compile"]["scope"] == "model" and run.report["compile"]["compiled"] == 1
+    alike = TwoStageCNN(widths=(8, 8))
+    assert "compile_scope=block" not in inapplicable(alike, alike.blocks())
+    run = strategies.apply(config, alike, device_type="cpu", blocks=alike.blocks())
+    assert run.report["compile"] == {"compiled": 4, "scope": "block", "mode": None,
+                                     "fullgraph": False}
 
 
 def test_the_built_in_models_lack_only_the_other_family_s_kernels():
