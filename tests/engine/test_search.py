@@ -74,6 +74,16 @@ def test_the_space_holds_only_what_the_machine_can_run():
     assert start.changed() == {"optimizer": "fused"}
 
 
+def test_a_choice_that_changes_nothing_in_the_model_is_not_searched_unless_asked_for():
+    skip = {"compile_scope=block": "the repeated blocks come in 8 shapes"}
+    assert dict(default_space(GPU, 64).choices)["compile_scope"] == ("model", "block")
+    space = default_space(GPU, 64, inapplicable=skip)
+    assert "compile_scope" not in dict(space.choices)
+    assert "compile_scope" not in space.describe() and dict(space.fixed)["compile_scope"] == "model"
+    asked = default_space(GPU, 64, choices={"compile_scope": ("model", "block")}, inapplicable=skip)
+    assert dict(asked.choices)["compile_scope"] == ("model", "block")  # (both run as model)
+
+
 def test_memory_estimate_scales_with_batch_and_measured_checkpointing_ratio():
     measured = [row_of(100.0, 800 * MiB, precision="bf16"),  # batch 8 (the default)
                 row_of(90.0, 400 * MiB, precision="bf16", checkpointing="full"),

@@ -235,9 +235,10 @@ def default_space(
     inapplicable: dict | None = None,
 ) -> SearchSpace:
     """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
-    the options that `fixed` sets, without those the workload says do nothing for its model
-    (`inapplicable`: option -> why, such as attention for a model without attention modules;
-    unless the user names them in `choices`), and without the values this machine cannot run."""
+    the options that `fixed` sets, without the options and values the workload says do nothing
+    for its model (`inapplicable`: option or option=value -> why, such as attention for a model
+    without attention modules; unless the user names them in `choices`), and without the values
+    this machine cannot run."""
     fixed = dict(fixed or {})
     skip = tuple(inapplicable or ())
     defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in skip}
@@ -253,6 +254,8 @@ def default_space(
         runnable = []
         for value in values:
             canonical = canonical_value(key, value)
+            if f"{key}={canonical}" in skip and key not in (choices or {}):
+                continue  # (per block where the model has no blocks to compile one by one)
             runs = option_unavailable(OPTIONS[key], canonical, caps) is None
             if runs and canonical not in runnable:
                 runnable.append(canonical)
