@@ -151,9 +151,10 @@ class TrialTimes:
     def unmeasured_compile_doubt_s(self, config: TuneConfig) -> float:
         """How much longer than predicted a compile of a kind this search has not measured may
         take: its prediction scales the measured kind by the priors' ratio, which for per-block
-        compile (0.4) holds where the blocks are alike (a transformer's: 0.2-0.3 on the H200)
-        and not where they differ (ResNet-50's stages: 1.7, 86 s against 51 s, and a trial
-        predicted to fit ran 51 s past the budget). Up to the measured kind's own time."""
+        compile (0.4) held on the transformers measured (0.2-0.3 on the H200) and not on
+        ResNet-50's stages (1.7, 86 s against 51 s: a trial predicted to fit ran 51 s past the
+        budget; blocks of several shapes are now compiled whole, `strategies/compile.py`), and
+        a user's blocks may differ in ways it cannot see. Up to the measured kind's own time."""
         if config.compile_mode == "off" or not self.compiles \
                 or self.compiles.get(self._compile_kind(config)):
             return 0.0
