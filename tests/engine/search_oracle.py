@@ -125,6 +125,9 @@ class Oracle:
         self.compiled: set[str] = set()
         """Configurations compiled before: the Inductor cache holds them (a repeat compiles in
         a fraction of the time)."""
+        self.torchao_step_compiled = False
+        """Whether a trial has compiled torchao's AdamW step (one graph per parameter shape):
+        the first trial stepping with it pays that compile, later ones find it in the cache."""
 
     # -- the truth -----------------------------------------------------------------------------
     def _draw_effects(self, r) -> dict:

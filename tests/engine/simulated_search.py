@@ -110,6 +110,14 @@ class OracleExecutor:
                 key = c.label()
             first *= r.uniform(*o.warm_share) if key in o.compiled else 1.0
             o.compiled.add(key)
+        if (c.weights == "bf16" or c.optimizer_state in ("bf16", "8bit")) \
+                and not o.torchao_step_compiled:
+            # torchao's AdamW compiles its step in the first trial that steps with it: the first
+            # such eager trial's first step took 9-43 s on the H200 hosts (median 26 s, 33
+            # searches), later ones 2-5 s. (Its own draw: the trial's other draws stay as they were.)
+            first += float(np.random.default_rng([o.seed, zlib.crc32(c.label().encode()), nth, 3])
+                           .uniform(10.0, 40.0))
+            o.torchao_step_compiled = not fault  # (a failed compile never reached the step)
         if fault:
             self.clock.now += seconds + first
             return replace(base, status=fault[0], message=fault[1], memory_parts=parts)

@@ -335,7 +335,9 @@ def test_the_eager_recipe_runs_first_and_the_compiled_one_follows(tmp_path):
         assert "compile" not in first["label"]
         if first["status"] == "ok":  # an answer after one short trial
             assert first["best_tokens_per_s"] is not None
-            assert first["ended_s"] < (120 if size == "large" else 40)
+            # (a large model's eager recipe, with bf16 weights, compiles torchao's AdamW step
+            # first: the HF Llama's ended at 2m17s on an H100)
+            assert first["ended_s"] < (150 if size == "large" else 40)
         # The compiled recipe follows, where it still fits in the time left (after the eager
         # one with an option changed, where that fits beside it).
         # (quoted whole and per block: the scope is chosen once the eager recipe has run)
@@ -531,10 +533,10 @@ def test_the_leaders_re_measure_ends_with_the_time_budget(tmp_path):
 def test_leaders_found_after_a_verdict_and_not_re_measured_are_named(tmp_path):
     # (ResNet-50 on the H200: a verdict on two leaders, then a trial that made two new ones with
     # no time left; "the leaders were not re-measured" beside the verdict read as a contradiction)
-    # The case is rare (three oracles of 600-1399 since every candidate is predicted from all
-    # the runs where that can be made): the search starts at it, and goes on past it where the
-    # search changed.
-    for seed in range(880, 1080):
+    # The case is rare (two oracles of 0-1079, 240 and 853, since torchao's step compile is
+    # simulated; three of 600-1399 before): the search starts at them, and goes on past them
+    # where the search changed.
+    for seed in range(240, 1080):
         outcome, _, _ = simulate(Oracle(seed, fault_rate=0.0), tmp_path / str(seed), FIVE_MINUTES)
         if outcome.remeasured is not None and "not re-measured" in outcome.remeasure_note:
             break
@@ -553,10 +555,10 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
     plus GRACE_S, and the first measurements decide."""
 
     cut = 0
-    # (Since a move may use the re-measure's time, few re-measures start to be cut: since the
-    # prediction from all the runs counts wherever it can be made, three oracles of 0-999, 532,
-    # 692 and 992; before, three of 100-399; before that, one of the first 200.)
-    for seed in range(520, 560):
+    # (Since a move may use the re-measure's time, few re-measures start to be cut: since
+    # torchao's step compile is simulated, two oracles of 0-999, 188 and 662; before, 532, 692
+    # and 992; before that, three of 100-399; before that, one of the first 200.)
+    for seed in (188, 662):
         o = Oracle(seed, fault_rate=0.0, warm_share=(1.0, 1.3))
         outcome, _, clock = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         repeats = [e for e in outcome.timeline if e["kind"] == "remeasure"]
@@ -602,7 +604,7 @@ def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
         end = max(e["ended_s"] for e in outcome.timeline)
         assert end <= FIVE_MINUTES * (1 + OVERRUN_SHARE) + 1, f"seed {seed}: ended at {end:.0f} s"
         assert outcome.recommendation is not None
-    outcome, _, _ = simulate(Oracle(426), tmp_path / "426", FIVE_MINUTES)  # (hangs at 1m51s too)
+    outcome, _, _ = simulate(Oracle(516), tmp_path / "516", FIVE_MINUTES)  # (hangs early too)
     stopped = [r.status for r in outcome.results
                if r.message.startswith((NO_RESULT, "stopped at the time budget's end"))]
     assert stopped == ["crash", "timeout"]
