@@ -29,8 +29,9 @@ def _alike(blocks) -> bool:
 def inapplicable(model, blocks) -> dict[str, str]:
     if not blocks:
         return {"compile_scope=block": "no repeated blocks: the whole model is compiled"}
-    if not _alike(blocks):
-        return {"compile_scope=block": f"the repeated blocks come in {shape_kinds(blocks)} "
+    kinds = shape_kinds(blocks)
+    if kinds > 1:
+        return {"compile_scope=block": f"the repeated blocks come in {kinds} "
                                        "shapes, each compiled again with dynamic shapes (slower "
                                        "than one graph): the whole model is compiled"}
     return {}

@@ -17,6 +17,7 @@ from strategies.config import TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine import protocol
 from tuner_tui.engine.protocol import TrialResult
+from tuner_tui.engine.search.space import steps_with_torchao
 from tuner_tui.engine.runner import NO_RESULT
 
 GPU = Capabilities(device="cuda", cuda=True, bf16=True, triton=True, gpu_name="Simulated H200",
@@ -110,8 +111,7 @@ class OracleExecutor:
                 key = c.label()
             first *= r.uniform(*o.warm_share) if key in o.compiled else 1.0
             o.compiled.add(key)
-        if (c.weights == "bf16" or c.optimizer_state in ("bf16", "8bit")) \
-                and not o.torchao_step_compiled:
+        if steps_with_torchao(c) and not o.torchao_step_compiled:
             # torchao's AdamW compiles its step in the first trial that steps with it: the first
             # such eager trial's first step took 9-43 s on the H200 hosts (median 26 s, 33
             # searches), later ones 2-5 s. (Its own draw: the trial's other draws stay as they were.)

@@ -45,6 +45,12 @@ TORCHAO_STEPS = frozenset({"bf16", "8bit"})
 """optimizer_state values stepped by torchao's AdamW, where `optimizer` (torch's implementation
 flags) does nothing."""
 
+
+def steps_with_torchao(config: TuneConfig) -> bool:
+    """Whether torchao's AdamW steps the configuration (bf16 weights, or bf16 or 8-bit state),
+    where `optimizer` does nothing."""
+    return config.optimizer_state in TORCHAO_STEPS or config.weights == "bf16"
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The candidate values of each searched option; every other option is fixed."""
@@ -128,8 +134,7 @@ class SearchSpace:
         for knob, mode in PARALLEL_KNOBS.items():
             if config.parallel != mode:
                 changes[knob] = self.start_value(knob)
-        torchao = config.optimizer_state in TORCHAO_STEPS or config.weights == "bf16"
-        if torchao and "optimizer" not in fixed:
+        if steps_with_torchao(config) and "optimizer" not in fixed:
             changes["optimizer"] = self.values("optimizer")[0]
         return config.replace(**changes)
 
