@@ -9,7 +9,7 @@ from textual.widgets import Select
 
 from tui_fakes import GPU_CAPS, FakeWorker, applied, async_test, make_app, wait_for
 from tuner_tui.app.app import GputuneApp
-from tuner_tui.app.reader import EventReader
+from tuner_tui.app.reader import EventReader, EventsReady
 from tuner_tui.engine import protocol
 
 SIZE = (160, 50)
@@ -205,3 +205,16 @@ async def test_a_workload_that_fails_to_load_keeps_its_error_in_the_status_line(
         line = status_text(app.session, 0.0).plain
         assert "workload 'mine:build' raised KeyError" in line, line
         assert "worker died" in line
+
+
+@async_test
+async def test_an_event_that_arrives_while_the_app_shuts_down_is_kept_without_touching_the_screen():
+    # The worker's last events can be dispatched after Textual has removed the widgets (CI
+    # once saw a search's last RunStarted reach the options panel when its rows were gone).
+    app, workers = make_app(caps=GPU_CAPS)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: len(app.session.rows) == 1)
+    config = TuneConfig().replace(precision="fp16")
+    app.reader._deliver(protocol.RunStarted(run_id=99, config=config, label="fp16", batch_size=8))
+    app.on_events_ready(EventsReady())
+    assert app.session.run_id == 99 and app.session.run_config == config.to_dict()

@@ -281,6 +281,14 @@ class GputuneApp(App[int]):
         events = self.reader.take()
         now = self.clock()
         rows_before = len(self.session.rows)
+        if not self.is_running:
+            # Shutting down: the widgets are being removed and nothing more is asked of the
+            # worker; the session (and the store) still take what it sent last.
+            for event in events:
+                if not isinstance(event, (WorkerStarted, WorkerExited)):
+                    self.session.apply(event, now)
+            self._record_rows()
+            return
         for event in events:
             if isinstance(event, WorkerStarted):
                 self._worker_started(event)
