@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import tempfile
 import sys
@@ -29,6 +30,18 @@ def run_gputune(*args, timeout=600, cwd=None):
                                      ignore_cleanup_errors=True) as home:
         env["GPUTUNE_HOME"] = home
         return run()
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """`cli.main` run in this process installs gputune's handlers (`cli_stop`): Ctrl-C, SIGTERM
+    and SIGHUP raise KeyboardInterrupt and start a watchdog that ends the process 30 s later.
+    Each test gives the pytest worker back the handlers it found."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    handlers = {s: signal.getsignal(s) for s in signals}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture

@@ -134,8 +134,6 @@ def test_sigterm_during_bench_leaves_no_worker_behind(tmp_path):
 def cli(monkeypatch, capsys, tmp_path_factory):
     """`tuner_tui.cli.main` in this process: (exit code, stderr lines). Reaching a measurement
     is a failure of these tests: every input here must be refused before one."""
-    import signal
-
     from tuner_tui import cli as cli_module
     from tuner_tui.engine import bench, search
 
@@ -145,14 +143,8 @@ def cli(monkeypatch, capsys, tmp_path_factory):
     monkeypatch.setattr(bench, "run_bench", no_measurement)
     monkeypatch.setattr(search.Search, "run", no_measurement)
     monkeypatch.setenv("GPUTUNE_HOME", str(tmp_path_factory.mktemp("home")))
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-
     def run(*args):
-        try:
-            code = cli_module.main(list(args))
-        finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
+        code = cli_module.main(list(args))  # (its signal handlers: conftest gives them back)
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err + captured.out
         return code, [ln for ln in captured.err.splitlines() if ln.strip()]

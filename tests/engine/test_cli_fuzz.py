@@ -66,7 +66,9 @@ documents = st.dictionaries(
 
 
 def _run(args, capsys) -> None:
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # (the signal handlers cli.main installs: given back in conftest's fixture, once a test,
+    # and by hand here, once an example)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         code = cli.main(args)
     except Accepted:
