@@ -38,9 +38,11 @@ class OracleExecutor:
     """The search's trials on the oracle: the result a worker would send, after the time it
     would take on the virtual clock."""
 
-    def __init__(self, oracle: Oracle, clock: Clock, trial_log: list | None = None) -> None:
+    def __init__(self, oracle: Oracle, clock: Clock, trial_log: list | None = None,
+                 item_name: str = "tokens") -> None:
         self.o = oracle
         self.clock = clock
+        self.item_name = item_name
         self.trials: list[TuneConfig] = [] if trial_log is None else trial_log
 
     def start(self) -> protocol.WorkerReady:
@@ -51,7 +53,8 @@ class OracleExecutor:
             environment={"device": "cuda", "gpu_name": "Simulated H200", "gpu_count": 1,
                          "gpu_memory_bytes": GPU_BYTES, "torch": "sim", "code": "sim",
                          "gputune": "sim"},
-            workload={"name": f"oracle-{o.seed}", "items_per_sample": o.seq, "item_name": "tokens",
+            workload={"name": f"oracle-{o.seed}", "items_per_sample": o.seq,
+                      "item_name": self.item_name,
                       "default_batch_size": o.default_batch, "seed": 0, "data": None})
 
     def close(self) -> None:
@@ -72,7 +75,8 @@ class OracleExecutor:
         self.trials.append(c)
         batch = c.batch_size or o.default_batch
         base = TrialResult(config=c.to_dict(), label=c.label(), status="ok", batch_size=batch,
-                           sequence_length=o.seq, model_shape=self._shape())
+                           sequence_length=o.seq, model_shape=self._shape(),
+                           item_name=self.item_name)
         seconds = 5.0
         if reference and reference_dir not in o.reference_grads:
             o.reference_grads.add(reference_dir)  # the worker computes the gradients' sketch once
@@ -159,9 +163,11 @@ class OracleExecutor:
 
 
 def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=None, fixed=None,
-             store_path=None, references=None, remeasure_repeats: int | None = None):
+             store_path=None, references=None, remeasure_repeats: int | None = None,
+             out=None, item_name: str = "tokens"):
     """One search on the oracle; (outcome, executor, clock). `remeasure_repeats`: the plan's
-    default (tune's) where None."""
+    default (tune's) where None; `out`: where it prints (kept from sight where None);
+    `item_name`: what the model's throughput counts."""
     import io
 
     from tuner_tui.engine.reference_cache import ReferenceCache
@@ -169,7 +175,7 @@ def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=N
     from tuner_tui.engine.store import ResultStore
 
     clock = Clock()
-    executor = OracleExecutor(oracle, clock)
+    executor = OracleExecutor(oracle, clock, item_name=item_name)
     plan = SearchPlan(protocol.WorkerSpec(workload=f"oracle-{oracle.seed}", device="cuda"),
                       max_memory_bytes=oracle.budget, budget_s=budget_s, steps=20, warmup_steps=5,
                       choices=dict(choices or {}), fixed=dict(fixed or {}),
@@ -179,7 +185,7 @@ def simulate(oracle: Oracle, tmp_path, budget_s: float, strategy=None, choices=N
                         on_problem=lambda message: None)
     refs = references or ReferenceCache(tmp_path / f"refs-{oracle.seed}")
     try:
-        search = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
+        search = Search(plan, store, out=out or io.StringIO(), executor=executor, clock=clock,
                         references=refs, strategy=strategy)
         outcome = search.run()
     finally:

@@ -35,3 +35,16 @@ def test_the_tune_report_names_the_item():
     rival = _row("fsdp2", 100.0, config={"parallel": "fsdp2", "devices": 2},
                  peak_memory_bytes=1 << 30)
     assert "100 images/s" in _rival_text(rival, top, budget=2 << 30, scope="")
+
+
+def test_the_search_s_progress_line_names_the_workload_s_item(tmp_path):
+    # (a vision model's search once printed "best 260 tokens/s" over its images/s table)
+    import io
+
+    from search_oracle import Oracle
+    from simulated_search import simulate
+
+    printed = io.StringIO()
+    simulate(Oracle(0), tmp_path, 120.0, out=printed, item_name="images")
+    lines = [ln for ln in printed.getvalue().splitlines() if ", best " in ln]
+    assert lines and all("images/s" in ln and "tokens/s" not in ln for ln in lines)

@@ -362,7 +362,7 @@ class Search:
         if self.plan.budget_s:
             note += f" of {fmt.clock(self.plan.budget_s)}"
         if best_now is not None:
-            note += f", best {fmt.si(best_now.tokens_per_s)} tokens/s"
+            note += f", best {fmt.si(best_now.tokens_per_s)} {best_now.item_name}/s"
         total = f"~{index + max(0, min(self.strategy.remaining(self.history), self._trials_left()))}"
         try:
             self.progress.begin(index, total, config.label(skip=self.skip), f"{note}; {why}")
