@@ -9,12 +9,14 @@ import pytest
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
+from tuner_tui.engine.noise import simplest
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui import format as fmt
 from tuner_tui.engine.search import (
     AnytimeSearch, History, SearchOutcome, default_space, explain, report,
 )
 from tuner_tui.engine.search.driver import check_devices
+from tuner_tui.engine.search.report import tied_leaders
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, data_parallel_bytes, estimate, fixed_bytes, micro_batch, parameter_count,
     prior_estimate, static_parts,
@@ -349,14 +351,18 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
     results = [dataclasses.replace(r, batch_size=8, loss_max_rel_error=1e-6, loss_tolerance=0.01)
                for r in history.all()]
     eligible = [r for r in results if r.status == "ok" and r.peak_memory_bytes <= budget]
+    # FSDP2 and, around it, FSDP2 with bf16 reduce and larger batches accumulated (which this
+    # pretend device runs no faster: a tie, won by the simplest) ran within the budget.
+    tied = tied_leaders(eligible)
     outcome = SearchOutcome(
         results=results, ranked=eligible, eligible=len(eligible), front=eligible,
-        recommendation=eligible[0], reason="", environment={"device": "cuda"}, workload={},
+        recommendation=simplest(tied), reason="", environment={"device": "cuda"}, workload={},
         workload_key="", space=space, budget_bytes=budget)
     reason = explain(outcome)
-    # FSDP2 and, around it, FSDP2 with bf16 reduce and larger batches accumulated (which this
-    # pretend device runs no faster) ran within the budget.
-    assert reason.startswith(f"fastest of {len(eligible)} configurations that ran")
+    assert len(tied) > 1 and reason.startswith(
+        f"the simplest of {len(tied)} configurations tied at the top, of {len(eligible)} that ran")
+    assert "within the spread of the first measurements (±0.0%); the simpler is recommended" \
+        in reason
     assert {r.tune_config.parallel for r in eligible} == {"fsdp2"}
     assert "fsdp2 x2 won: 100 tokens/s" in reason
     assert "ddp x2 peaked at" in reason and "per GPU, over the budget" in reason

@@ -170,3 +170,50 @@ def test_where_the_leaders_cannot_be_re_measured_in_the_time_left_the_report_say
     assert "the leaders were not re-measured" in outcome.remeasure_note
     assert outcome.remeasure_note in outcome.reason and outcome.remeasure_note in search.report(outcome)
     assert not [e for e in outcome.timeline if e["kind"] == "remeasure"]
+
+
+def test_first_measurements_within_their_spread_are_a_tie_that_tune_gives_the_simpler():
+    """Leaders not re-measured (no time left): the first measurements decide, and those within
+    their combined spread of the fastest tie; the report says so instead of "x% faster"."""
+    from types import SimpleNamespace
+
+    from tuner_tui.engine.search.outcome import recommendation
+    from tuner_tui.engine.search.report import SearchOutcome, explain
+
+    import dataclasses
+
+    checked = {"loss_ok": True, "loss_max_rel_error": 1e-3, "loss_tolerance": 0.03}
+    compiled = dataclasses.replace(row("bf16 + compile", 1000.0, 0.03, {
+        "precision": "bf16", "compile_mode": "default"}, peak=2 << 30), **checked)
+    plain = dataclasses.replace(row("bf16", 970.0, 0.03, {"precision": "bf16"}, peak=3 << 30),
+                                **checked)
+    fp32 = row("fp32", 500.0, 0.01, {}, peak=4 << 30)
+
+    def decided(results):
+        search = SimpleNamespace(history=SimpleNamespace(eligible=lambda: list(results)),
+                                 leaders=SimpleNamespace(verdicts=[]))
+        top, verdict = recommendation(search)
+        ranked = sorted(results, key=lambda r: -r.tokens_per_s)
+        outcome = SearchOutcome(results=list(results), ranked=ranked, eligible=len(ranked),
+                                front=[], recommendation=top, reason="", environment={},
+                                workload={}, workload_key="", space=None, budget_bytes=8 << 30)
+        return top, verdict, explain(outcome)
+
+    # 3.1% apart, each ±3% (±4.2% together): a tie; bf16 alone changes fewer options.
+    top, verdict, reason = decided([compiled, plain, fp32])
+    assert top is plain and verdict is None
+    assert reason.startswith("the simplest of 2 configurations tied at the top, of 3 that ran")
+    assert ("a tie with bf16 + compile: bf16 + compile measured 3.1% faster, within the spread "
+            "of the first measurements (±4.2%); the simpler is recommended") in reason
+    assert "faster than the runner-up" not in reason
+    # A simpler one whose loss nothing checked (another batch) does not take the tie from the
+    # fastest, whose loss the search checks.
+    unchecked = dataclasses.replace(plain, loss_ok=None)
+    top, _, reason = decided([compiled, unchecked, fp32])
+    assert top is compiled and reason.startswith("fastest of 3 configurations")
+    # Outside the spread the fastest wins, and the report gives its lead.
+    steady = row("bf16 + compile", 1000.0, 0.005, compiled.config, peak=2 << 30)
+    top, _, reason = decided([steady, dataclasses.replace(plain, step_ms_q1=plain.step_ms * 0.995,
+                                                          step_ms_q3=plain.step_ms * 1.005), fp32])
+    assert top is steady and reason.startswith("fastest of 3 configurations")
+    assert "3.1% faster than the runner-up (bf16)" in reason

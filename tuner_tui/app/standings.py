@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tuner_tui import format as fmt
 from tuner_tui.app.session import Row
-from tuner_tui.engine.noise import simplicity, spread, tie_gap
+from tuner_tui.engine.noise import simplicity, spread, tie_gap, tied_at_top
 
 
 def eligible(row: Row) -> bool:
@@ -99,8 +99,7 @@ def standing(rows: list[Row]) -> Standing:
     if not ranked:
         return Standing()
     fastest = ranked[0]
-    top = fastest.result.tokens_per_s
-    tied = tuple(r for r in ranked
-                 if top / r.result.tokens_per_s - 1 <= tie_gap(_spread(fastest), _spread(r)))
+    at_top = {id(r) for r in tied_at_top([r.result for r in ranked])}
+    tied = tuple(r for r in ranked if id(r.result) in at_top)
     return Standing(fastest=fastest, tied=tied if len(tied) > 1 else (),
                     runner_up=ranked[1] if len(ranked) > 1 else None, count=len(ranked))

@@ -65,6 +65,24 @@ def tie_gap(a: float, b: float) -> float:
     return math.hypot(a, b)
 
 
+def tied_at_top(results: Sequence[TrialResult]) -> list[TrialResult]:
+    """The results (measured, each with a rate) within the combined spread of the fastest
+    (`tie_gap`), fastest first: the fastest alone where its lead is larger than the noise."""
+    ranked = sorted(results, key=lambda r: r.tokens_per_s, reverse=True)
+    if not ranked:
+        return []
+    top = ranked[0]
+    return [r for r in ranked if r is top or top.tokens_per_s / r.tokens_per_s - 1
+            <= tie_gap(spread(top) or 0.0, spread(r) or 0.0)]
+
+
+def simplest(results: Sequence[TrialResult]) -> TrialResult:
+    """Of a tie, the configuration to keep: the fewest options changed, then the least memory
+    (`simplicity`), then the fastest."""
+    return min(results, key=lambda r: (simplicity(r.config, r.peak_memory_bytes),
+                                       -(r.tokens_per_s or 0.0)))
+
+
 def simplicity(config: dict, peak_memory_bytes: int | None) -> tuple:
     """Sort key: fewer options changed from the defaults first, then less peak memory."""
     changed = TuneConfig.from_dict(config).changed()

@@ -6,23 +6,27 @@ Torch-free."""
 
 from __future__ import annotations
 
+from tuner_tui.engine.noise import simplest
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
 from tuner_tui.engine.runner import best
 from tuner_tui.engine.search.memory import pareto_front
-from tuner_tui.engine.search.report import SearchOutcome, explain
+from tuner_tui.engine.search.report import SearchOutcome, explain, tied_leaders
 
 
 def recommendation(search) -> tuple[TrialResult | None, Verdict | None]:
-    """The best by first measurement, unless the last re-measurement of it named another
-    (`search`: the driver, whose history and leaders' verdicts it reads)."""
+    """The best by first measurement (the simplest of those tied with it), unless the last
+    re-measurement of it named another (`search`: the driver, whose history and leaders'
+    verdicts it reads)."""
     eligible = search.history.eligible() if search.history is not None else []
     top = best(eligible)
     for verdict in reversed(search.leaders.verdicts):
         originals = [c.original for c in verdict.candidates]
         if top is not None and any(o is top for o in originals):
             return (verdict.winner or top), verdict
-    return top, None
+    # Not re-measured: first measurements within their spread of the fastest are a tie, won by
+    # the simpler configuration, as a verdict and the dashboard decide.
+    return simplest(tied_leaders(eligible)) if top is not None else None, None
 
 
 def assemble(search) -> SearchOutcome:

@@ -12,7 +12,7 @@ from typing import Iterable
 from strategies.config import ExportedConfig, save
 from strategies.files import write_atomic
 from tuner_tui import format as fmt
-from tuner_tui.engine.noise import noise_lines, noise_warning
+from tuner_tui.engine.noise import noise_lines, noise_warning, spread, tie_gap, tied_at_top
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
@@ -170,6 +170,30 @@ def why_parallel(outcome: SearchOutcome) -> str | None:
     return head + ("; " + "; ".join(others) if others else "")
 
 
+def tied_leaders(eligible: list[TrialResult]) -> list[TrialResult]:
+    """The first measurements tied at the top (`noise.tied_at_top`), fastest first, less those
+    whose loss nothing checked (another batch than the fp32 reference's: the search checks the
+    fastest's, not theirs): the simplest of them is recommended where the leaders were not
+    re-measured."""
+    tied = tied_at_top(eligible)
+    return [r for r in tied if r is tied[0] or r.loss_ok or computes_reference(r.tune_config)]
+
+
+def _tie_text(top: TrialResult, tied: list[TrialResult]) -> str:
+    """The first measurements of `tied` (fastest first) lie within their spread of each other:
+    no one of them is faster than the noise allows to say, and `top` is the simplest."""
+    others = [r for r in tied if r is not top]
+    names = ", ".join(r.label for r in others[:3]) + (
+        f" and {len(others) - 3} more" if len(others) > 3 else "")
+    gap = max(tie_gap(spread(tied[0]) or 0.0, spread(r) or 0.0) for r in tied[1:])
+    fastest = tied[0]
+    apart = (f"{fastest.label} measured {fastest.tokens_per_s / top.tokens_per_s - 1:.1%} faster"
+             if fastest is not top else
+             f"{top.tokens_per_s / tied[1].tokens_per_s - 1:.1%} ahead of {tied[1].label}")
+    return (f"a tie with {names}: {apart}, within the spread of the first measurements "
+            f"(±{gap:.1%}); the simpler is recommended")
+
+
 def explain(outcome: SearchOutcome) -> str:
     """Why the recommendation won, in one sentence for the exported file."""
     top = outcome.recommendation
@@ -177,8 +201,13 @@ def explain(outcome: SearchOutcome) -> str:
         return ("no configuration of the space ran within the memory budget and kept the fp32 "
                 "reference's loss")
     eligible = outcome.ranked[:outcome.eligible]
-    parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
-             "that ran and kept the loss"]
+    tied = tied_leaders(eligible) if outcome.remeasured is None else []
+    if len(tied) > 1:
+        parts = [f"the simplest of {len(tied)} configurations tied at the top, of "
+                 f"{len(eligible)} that ran and kept the loss"]
+    else:
+        parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
+                 "that ran and kept the loss"]
     if computes_reference(top.tune_config):
         parts[0] += " (it computes the fp32 eager reference itself)"
     elif top.loss_ok:
@@ -205,6 +234,8 @@ def explain(outcome: SearchOutcome) -> str:
     runner_up = next((r for r in eligible if r is not top), None)
     if outcome.remeasured is not None:
         parts.append(outcome.remeasured.text())
+    elif len(tied) > 1:
+        parts.append(_tie_text(top, tied))
     elif runner_up is not None:
         parts.append(f"{top.tokens_per_s / runner_up.tokens_per_s - 1:.1%} faster than the "
                      f"runner-up ({runner_up.label})")
