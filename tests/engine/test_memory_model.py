@@ -361,8 +361,8 @@ def test_the_report_names_the_per_gpu_budget_the_global_batch_and_why_fsdp2_won(
     reason = explain(outcome)
     assert len(tied) > 1 and reason.startswith(
         f"the simplest of {len(tied)} configurations tied at the top, of {len(eligible)} that ran")
-    assert "within the spread of the first measurements (±0.0%); the simpler is recommended" \
-        in reason
+    assert "their first measurements lie 0.0% apart, within their spread (±0.0%); the simpler " \
+        "is recommended" in reason
     assert {r.tune_config.parallel for r in eligible} == {"fsdp2"}
     assert "fsdp2 x2 won: 100 tokens/s" in reason
     assert "ddp x2 peaked at" in reason and "per GPU, over the budget" in reason

@@ -203,8 +203,8 @@ def test_first_measurements_within_their_spread_are_a_tie_that_tune_gives_the_si
     top, verdict, reason = decided([compiled, plain, fp32])
     assert top is plain and verdict is None
     assert reason.startswith("the simplest of 2 configurations tied at the top, of 3 that ran")
-    assert ("a tie with bf16 + compile: bf16 + compile measured 3.1% faster, within the spread "
-            "of the first measurements (±4.2%); the simpler is recommended") in reason
+    assert ("a tie with bf16 + compile: their first measurements lie 3.1% apart, within their "
+            "spread (±4.2%); the simpler is recommended") in reason
     assert "faster than the runner-up" not in reason
     # A simpler one whose loss nothing checked (another batch) does not take the tie from the
     # fastest, whose loss the search checks.

@@ -186,12 +186,9 @@ def _tie_text(top: TrialResult, tied: list[TrialResult]) -> str:
     names = ", ".join(r.label for r in others[:3]) + (
         f" and {len(others) - 3} more" if len(others) > 3 else "")
     gap = max(tie_gap(spread(tied[0]) or 0.0, spread(r) or 0.0) for r in tied[1:])
-    fastest = tied[0]
-    apart = (f"{fastest.label} measured {fastest.tokens_per_s / top.tokens_per_s - 1:.1%} faster"
-             if fastest is not top else
-             f"{top.tokens_per_s / tied[1].tokens_per_s - 1:.1%} ahead of {tied[1].label}")
-    return (f"a tie with {names}: {apart}, within the spread of the first measurements "
-            f"(±{gap:.1%}); the simpler is recommended")
+    apart = tied[0].tokens_per_s / tied[-1].tokens_per_s - 1
+    return (f"a tie with {names}: their first measurements lie {apart:.1%} apart, within their "
+            f"spread (±{gap:.1%}); the simpler is recommended")
 
 
 def explain(outcome: SearchOutcome) -> str:
