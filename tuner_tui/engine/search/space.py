@@ -51,6 +51,7 @@ def steps_with_torchao(config: TuneConfig) -> bool:
     where `optimizer` does nothing."""
     return config.optimizer_state in TORCHAO_STEPS or config.weights == "bf16"
 
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The candidate values of each searched option; every other option is fixed."""
@@ -260,7 +261,7 @@ def default_space(
         for value in values:
             canonical = canonical_value(key, value)
             if f"{key}={canonical}" in skip and key not in (choices or {}):
-                continue  # (per block where the model has no blocks to compile one by one)
+                continue  # (per block where the model has no blocks, or blocks of several shapes)
             runs = option_unavailable(OPTIONS[key], canonical, caps) is None
             if runs and canonical not in runnable:
                 runnable.append(canonical)
