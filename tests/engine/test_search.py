@@ -440,7 +440,7 @@ def test_the_best_over_time_is_told_in_the_workloads_items():
     ]
     lines = best_over_time(timeline, "images")
     assert len(lines) == 2 and "tokens" not in " ".join(lines)
-    assert "779 images/s  fp32 (the fp32 eager baseline)" in lines[0]
-    assert "6.8k images/s  bf16 + compile (the expert's recipe)" in lines[1]
+    assert "779 images/s  fp32: the fp32 eager baseline" in lines[0]
+    assert "6.8k images/s  bf16 + compile: the expert's recipe" in lines[1]
 
 

@@ -359,7 +359,8 @@ def best_over_time(timeline: list[dict], item_name: str = "tokens") -> list[str]
         if label is None or label == last:
             continue
         last = label
-        why = f" ({event['why']})" if event.get("why") and event.get("label") == label else ""
+        # After a colon, not in parentheses: a reason often holds parentheses of its own.
+        why = f": {event['why']}" if event.get("why") and event.get("label") == label else ""
         lines.append(f"  {fmt.clock(event['ended_s'])}  {fmt.si(event['best_tokens_per_s'])} "
                      f"{item_name}/s  {label}{why}")
     return lines
