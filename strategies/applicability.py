@@ -72,10 +72,9 @@ def why_the_same(config: TuneConfig, earlier: TuneConfig,
 def distinct(configs: list[TuneConfig],
              inapplicable: Mapping[str, str]) -> tuple[list[TuneConfig], list[str]]:
     """`configs` less those that train the model as an earlier one does once the options that
-    change nothing in it are left out (a CNN's `+ sdpa` rung of the ladder), and a line for
-    each of those."""
-    if not inapplicable:
-        return list(configs), []
+    change nothing in it are left out (a CNN's `+ sdpa` rung of the ladder), or that are the
+    same configuration as an earlier one (rungs an override made equal), and a line for each
+    of those."""
     seen: dict[TuneConfig, TuneConfig] = {}
     kept, lines = [], []
     for config in configs:
@@ -83,7 +82,7 @@ def distinct(configs: list[TuneConfig],
         if same in seen:
             why = "; ".join(why_the_same(config, seen[same], inapplicable))
             lines.append(f"{config.label()}: the same as {seen[same].label(skip=inapplicable)} "
-                         f"for this model ({why})")
+                         + (f"for this model ({why})" if why else "(the same configuration)"))
             continue
         seen[same] = config
         kept.append(config)

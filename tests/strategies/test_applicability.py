@@ -100,6 +100,16 @@ def test_a_preset_s_rungs_that_only_add_what_the_model_does_not_use_are_dropped(
     assert distinct(ladder(), {}) == (ladder(), [])
 
 
+def test_a_preset_s_rungs_an_override_made_equal_run_once():
+    """`gputune bench --set precision=bf16` turns the ladder's fp32 and tf32 rungs into its
+    bf16 rung: measured once, each other one named, not three identical rows."""
+    bf16 = [c.replace(precision="bf16") for c in ladder()]
+    kept, lines = distinct(bf16, {})
+    assert len(kept) == len(set(kept)) and len(kept) + len(lines) == len(bf16)
+    assert len(lines) >= 2 and all(line.endswith("(the same configuration)") for line in lines)
+    assert lines[0] == "bf16: the same as bf16 (the same configuration)"
+
+
 def test_the_description_is_read_back_keeping_only_known_options():
     described = {"inapplicable": {"attention": "why", "fused_kernels=gelu": "why",
                                   "fused_kernels=nope": "?", "colour": "?", "fp8": 3}}
