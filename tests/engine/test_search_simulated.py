@@ -636,3 +636,19 @@ def test_a_move_let_in_on_a_compile_from_the_cache_is_stopped_at_the_budgets_end
         end = max(e["ended_s"] for e in outcome.timeline)
         assert end <= FIVE_MINUTES + GRACE_S + 5, f"seed {seed}: ended at {end:.0f} s"
         assert outcome.recommendation is not None
+
+
+def test_the_search_s_progress_count_is_unknown_in_the_opening_then_estimated(tmp_path):
+    # (it read "[1/~1", "[2/~2", "[3/~3" through the opening: the count of trials so far)
+    printed = io.StringIO()
+    simulate(Oracle(0), tmp_path, 300.0, out=printed)
+    counts = {}
+    for line in printed.getvalue().splitlines():
+        found = re.match(r"\[(\d+)/([^ |]+) \| [^]]*; (.*?)\]", line)
+        if found and "re-measuring" not in line:
+            counts.setdefault(int(found.group(1)), (found.group(2), found.group(3)))
+    opening = [total for total, why in counts.values() if why.startswith("the ")]
+    moves = [(index, total) for index, (total, why) in counts.items() if why.startswith("move")]
+    assert opening and set(opening) == {"?"}
+    assert moves and all(re.fullmatch(r"~\d+", total) and int(total[1:]) >= index
+                         for index, total in moves)

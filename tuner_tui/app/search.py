@@ -86,4 +86,4 @@ class LiveSearch:
     @property
     def planned(self) -> int:
         """A rough total for the progress line: tried, queued, and the strategy's estimate."""
-        return len(self.tried) + len(self._round) + int(self.strategy.remaining(self.history))
+        return len(self.tried) + len(self._round) + int(self.strategy.remaining(self.history) or 0)

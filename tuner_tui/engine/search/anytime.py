@@ -82,7 +82,8 @@ class AnytimeSearch(SearchStrategy):
         self.proposals: dict[str, Proposal] = {}
         self._moves = SingleMoves(space)
         self.footprint: Footprint | None = None
-        self._pool_size = 0
+        self._pool_size: int | None = None
+        """Moves worth a trial; None until the opening is over and the first pool is drawn."""
         self.last: Proposal | None = None
         # (through lambdas: a test or caller may set the callables above later)
         self.predictor = Predictor(space, self.priors, self.times,
@@ -126,7 +127,7 @@ class AnytimeSearch(SearchStrategy):
         measured = [(r.tune_config, r) for r in history.all() if r is not result]
         self.priors.learn_from(measured, config, result)
 
-    def remaining(self, history: History) -> int:
+    def remaining(self, history: History) -> int | None:
         return self._pool_size
 
     def prediction(self, config: TuneConfig) -> Proposal | None:

@@ -363,7 +363,7 @@ class Search:
             note += f" of {fmt.clock(self.plan.budget_s)}"
         if best_now is not None:
             note += f", best {fmt.si(best_now.tokens_per_s)} {best_now.item_name}/s"
-        total = f"~{index + max(0, min(self.strategy.remaining(self.history), self._trials_left()))}"
+        total = self._estimated_total(index)
         try:
             self.progress.begin(index, total, config.label(skip=self.skip), f"{note}; {why}")
         except (OSError, ValueError):
@@ -374,6 +374,16 @@ class Search:
             self.progress.end(text)
         except (OSError, ValueError):
             pass
+
+    def _estimated_total(self, index: int) -> str:
+        """The trials this search will likely run, as the progress line counts them: this one
+        and the moves the strategy still holds worth a trial, as far as the time left holds
+        them at the typical trial's length; "?" while the strategy cannot tell yet (in the
+        opening: its baseline's few seconds said nothing of a compiled trial's minutes)."""
+        pool = self.strategy.remaining(self.history)
+        if pool is None:
+            return "?"
+        return f"~{index + max(0, min(pool, self._trials_left()))}"
 
     def _trials_left(self) -> int:
         typical = self._typical_trial_s()

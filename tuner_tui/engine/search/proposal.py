@@ -29,7 +29,8 @@ class SearchStrategy:
     def propose(self, history: History) -> list[TuneConfig]:
         raise NotImplementedError
 
-    def remaining(self, history: History) -> int:
+    def remaining(self, history: History) -> int | None:
+        """How many more trials it expects to propose; None where it cannot tell yet."""
         return 0
 
 
