@@ -16,7 +16,8 @@ from tuner_tui.engine.search import AnytimeSearch, History, default_space
 from tuner_tui.engine.search.moves import options_moved
 from tuner_tui.engine.search.expert import variant
 from tuner_tui.engine.search.priors import Context
-from tuner_tui.engine.search.timing import TrialTimes
+from tuner_tui.engine.search.deadline import Deadline
+from tuner_tui.engine.search.timing import TORCHAO_FIRST_S, TrialTimes
 from search_cases import CPU, GPU, MEMORY_LEVERS_HELD, MiB, row_of
 
 
@@ -588,3 +589,24 @@ def test_a_new_numerics_class_runs_only_where_its_loss_check_fits_in_the_time_le
         assert set(classes) <= {"fp32", "tf32", "bf16"}
     else:
         assert {"fp16", "fp8"} & set(classes)
+
+
+def test_the_first_trial_that_steps_with_torchao_is_planned_with_its_step_compile():
+    # (a CPU search started "+ bf16 state" with 10 s left, planned at 8 s; torchao compiled its
+    # step for 18 s and the search ended 12 s past its budget, the trial giving nothing)
+    times = TrialTimes("cpu", steps=20, warmup_steps=5, default_batch=16)
+    plain = TuneConfig.from_dict({"precision": "bf16", "optimizer": "fused"})
+    torchao = plain.replace(optimizer_state="bf16")
+    assert times.one_time_s(plain) == 0.0
+    assert times.trial_s(torchao, 0.1) == pytest.approx(
+        times.trial_s(plain, 0.1) + TORCHAO_FIRST_S["cpu"])
+    # a hung trial is waited for no longer than before: the known cost is not tripled
+    deadline = Deadline(None, 3600.0, lambda: 0.0)
+    assert deadline.hang_s(times.trial_s(torchao, 2.0), times.one_time_s(torchao)) == \
+        deadline.hang_s(times.trial_s(plain, 2.0))
+    # once a trial has stepped with it, later workers read the step from the Inductor cache
+    ran = TrialResult(config=torchao.to_dict(), label="bf16 state", status="ok", compile_s=18.5,
+                      step_ms=100.0, measured_steps=10, warmup_s=0.4)
+    times.observe(torchao, ran, 24.0)
+    assert times.one_time_s(torchao) == 0.0
+    assert times.trial_s(torchao, 0.1) == pytest.approx(times.trial_s(plain, 0.1))

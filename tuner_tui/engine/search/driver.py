@@ -245,8 +245,9 @@ class Search:
     def time_left(self) -> float:
         return self.deadline.time_left()
 
-    def timeout(self, expected_s: float, by_budget_end: bool = False) -> float:
-        return self.deadline.timeout(expected_s, by_budget_end)
+    def timeout(self, expected_s: float, by_budget_end: bool = False,
+                one_time_s: float = 0.0) -> float:
+        return self.deadline.timeout(expected_s, by_budget_end, one_time_s)
 
     def _time_out(self) -> bool:
         """The time budget has ended: nothing more starts."""
@@ -324,9 +325,10 @@ class Search:
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
-        timeout = self.timeout(seconds, by_budget_end=seconds > self.time_left())
+        once = min(seconds, self.times.one_time_s(config))
+        timeout = self.timeout(seconds, by_budget_end=seconds > self.time_left(), one_time_s=once)
         result = self.deadline.cut_short(
-            self.run_trial(config, reference, steps, timeout=timeout), timeout, seconds)
+            self.run_trial(config, reference, steps, timeout=timeout), timeout, seconds, once)
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:

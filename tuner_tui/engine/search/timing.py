@@ -1,22 +1,23 @@
-"""How long a trial will take, before it runs: what the search divides a candidate's expected
-gain by.
+"""How long a trial will take, before it runs: what the search divides a candidate's expected gain
+by.
 
 A trial is a worker's start and build, its first step (which holds torch.compile's work), the
 warm-up and the measured steps, and, where no fp32 reference has run at its batch size yet, the
 reference's own short run. Each part is learned from the trials of this search as they end
-(medians, so one slow start or a cold cache does not set the rate), from the model's size
-before any has. One-time costs (the C++ nodes' build, a cold Inductor cache) land in a single
-trial's figures and do not move a median. A compile from the Inductor cache (of a graph an
-earlier trial compiled: `graph_key`) is kept out of the cold compiles' medians and counted as
-a share of its graph's first compile; the leaders' re-measure is planned with that share. A
-move is ranked by a cold compile: ranked by the warm time, cheap moves of small gain (another
-AdamW, more micro-batches accumulated) went first, and over 1000 simulated searches the answer
-at five minutes was no better (+0.08% +- 0.05, paired). Whether it fits in the time left is
-judged by the warm one (`trial_s(cached=True)`): near the end of a large model's search, where
-no cold compile fits, the compiled answer's moves outside its graph still run in place of eager
-ones that cannot beat it (2000 simulated searches at five minutes, paired: -0.06% +- 0.02 and,
-on oracles not used to design it, -0.11% +- 0.03; a billion parameters and more -0.17% and
--0.27%). Torch-free.
+(medians, so one slow start or a cold cache does not set the rate), from the model's size before
+any has. One-time costs (the C++ nodes' build, a cold Inductor cache) land in a single trial's
+figures and do not move a median; torchao's step compile, paid by the first trial that steps
+with it, is planned for that trial (`one_time_s`). A compile from the Inductor cache (of a graph
+an earlier trial compiled: `graph_key`) is kept out of the cold compiles' medians and counted as
+a share of its graph's first compile; the leaders' re-measure is planned with that share. A move
+is ranked by a cold compile: ranked by the warm time, cheap moves of small gain (another AdamW,
+more micro-batches accumulated) went first, and over 1000 simulated searches the answer at five
+minutes was no better (+0.08% +- 0.05, paired). Whether it fits in the time left is judged by
+the warm one (`trial_s(cached=True)`): near the end of a large model's search, where no cold
+compile fits, the compiled answer's moves outside its graph still run in place of eager ones
+that cannot beat it (2000 simulated searches at five minutes, paired: -0.06% +- 0.02 and, on
+oracles not used to design it, -0.11% +- 0.03; a billion parameters and more -0.17% and -0.27%).
+Torch-free.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from strategies.config import ConfigError, TuneConfig
 from strategies.registry import OUTSIDE_GRAPH_KEYS
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
+from tuner_tui.engine.search.space import steps_with_torchao
 
 START_S = {"cuda": 6.0, "cpu": 3.0}
 """A worker's start, build and teardown that the next worker's head start does not hide."""
@@ -43,6 +45,12 @@ the first configuration again; batch 32 whole, a new shape, 23.3 s. The re-measu
 graphs and checkpointing every other block re-measured at about 1.1 (h200-2026-12-04/
 search-hf16-cached-fit): a plan, not a promise; the re-measure is stopped at the budget's end
 (`deadline.GRACE_S`)."""
+
+TORCHAO_FIRST_S = {"cuda": 26.0, "cpu": 18.0}
+"""torchao's AdamW (bf16 weights, bf16 or 8-bit state) compiles its step the first time it
+steps, in the first such trial of a search; later workers read it from the Inductor cache. That
+first trial's first step took 9-43 s on the H200 hosts (median 26 s, 33 searches) against 2-5 s
+later; on 2 CPU cores gpt2-tiny's 18.2 s against 0.1 s for fp32 state (a fresh home)."""
 
 
 def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
@@ -102,10 +110,14 @@ class TrialTimes:
     """`graph_key` -> its first (cold) compile."""
     warm_shares: list[float] = field(default_factory=list)
     """Compiles from the cache, as shares of their graph's cold compile."""
+    torchao_compiled: bool = False
+    """Whether a trial of this search has stepped with torchao's AdamW (its step compiled)."""
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float) -> None:
         """A trial ended after `wall_s` seconds: what its parts took."""
         first = result.compile_s or 0.0
+        if steps_with_torchao(config) and result.compile_s is not None:
+            self.torchao_compiled = True
         stepping = (result.warmup_s or 0.0) + result.measured_steps * (result.step_ms or 0.0) / 1e3
         if result.status in ("ok", "stopped") and wall_s > 0:
             self.starts.append(max(0.0, wall_s - first - stepping))
@@ -161,6 +173,13 @@ class TrialTimes:
         seen = max(statistics.median(times) for times in self.compiles.values())
         return max(0.0, seen - self.first_step_s(config, 0.0))
 
+    def one_time_s(self, config: TuneConfig) -> float:
+        """What a trial of `config` would pay once for the whole search: torchao's step compile,
+        in the first trial that steps with it."""
+        if steps_with_torchao(config) and not self.torchao_compiled:
+            return TORCHAO_FIRST_S.get(self.device, TORCHAO_FIRST_S["cuda"])
+        return 0.0
+
     def trial_s(self, config: TuneConfig, step_s: float | None, steps: int | None = None,
                 cached: bool = False) -> float:
         """A trial of `config` whose steps are expected to take `step_s` each (`cached`: with
@@ -172,6 +191,7 @@ class TrialTimes:
         if cached and config.compile_mode != "off" \
                 and graph_key(config, self.default_batch) in self.graphs:
             first = min(first, self.warm_compile_s(config, first))
+        first += self.one_time_s(config)
         return self.start_s() + first + (warm - 1 + steps) * step_s
 
     def reference_s(self, fp32_step_s: float | None) -> float:
