@@ -56,7 +56,16 @@ def test_failed_runs_never_win():
     assert any(r.config["precision"] == "fp16" and r.status == "ok" for r in results)
 
 
-def test_progress_estimate_from_the_start():
+def test_progress_estimate_unknown_through_the_opening_then_counted():
+    # (it read 1/~1, 2/~2, ... through the opening: the trials so far, as if each were the last)
     search = LiveSearch(GPU_CAPS, default_batch=8)
     assert search.propose([]) == TuneConfig()
-    assert search.planned >= 1 and search.current == "the fp32 eager baseline"
+    assert search.planned is None and search.current == "the fp32 eager baseline"
+    results = [result(TuneConfig())]
+    while not search.current.startswith("move"):
+        config = search.propose(results)
+        assert config is not None
+        results.append(result(config))
+        if not search.current.startswith("move"):
+            assert search.planned is None, search.current
+    assert search.planned is not None and search.planned >= len(search.tried)

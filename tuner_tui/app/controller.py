@@ -217,7 +217,8 @@ class Controller:
             if config is None:
                 self._finish_search()
                 return
-            self.session.search_note = f"search {len(search.tried)}/~{search.planned}: {search.current}"
+            total = "?" if search.planned is None else f"~{search.planned}"
+            self.session.search_note = f"search {len(search.tried)}/{total}: {search.current}"
             self.controls.show_config(config)
             if self.apply(config):
                 return

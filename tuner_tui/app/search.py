@@ -84,6 +84,10 @@ class LiveSearch:
         return last.why if last is not None else ""
 
     @property
-    def planned(self) -> int:
-        """A rough total for the progress line: tried, queued, and the strategy's estimate."""
-        return len(self.tried) + len(self._round) + int(self.strategy.remaining(self.history) or 0)
+    def planned(self) -> int | None:
+        """A rough total for the progress line: tried, queued, and the strategy's estimate;
+        None while the strategy cannot tell (its opening), as `gputune tune` shows it."""
+        remaining = self.strategy.remaining(self.history)
+        if remaining is None:
+            return None
+        return len(self.tried) + len(self._round) + int(remaining)
