@@ -22,6 +22,7 @@ from tuner_tui.engine.store import canonical_json, fingerprint
 
 LOSSES = "losses.json"
 GRADIENTS = "gradients.pt"
+LOSS_SPREAD = "loss-spread.json"
 
 
 class ReferenceCache:

@@ -4,10 +4,24 @@ which itself runs the comparison."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from strategies.config import TuneConfig
 from tuner_tui.engine.gradients import WOBBLE_NOISE, sketch_model, with_wobble
+
+RANDOM_DRAWS = 5
+"""Forwards of the reference's first batch, with the same weights, whose losses tell how far the
+model's own randomness (dropout) moves a loss: 0 where it has none, and then no more are run."""
+RANDOM_BACKWARDS = 4
+"""Where the model has its own randomness, the gradients' wobble is the widest over this many
+backward passes, each on other masks: one draw can land close to the reference and leave the gate
+a tolerance that the next draw (a candidate's) misses 4x over (an encoder's bias, dropout 0.1).
+A deterministic model runs one, as before."""
+ARITHMETIC_SPREAD = 1e-6
+"""A loss spread below this is arithmetic's own (a GPU kernel's order of additions), not the
+model's randomness: counted as none."""
 
 def _micro_batches(batch, parts: int) -> list | None:
     """`batch` split into `parts` along the first dimension, or None when it cannot be (a batch
@@ -25,8 +39,16 @@ def _micro_batches(batch, parts: int) -> list | None:
 
 def reference_gradients(workload, batch_size: int, seed: int, device: str,
                         grad_clip: float = 0.0) -> dict | None:
+    """The sketch of the reference's first-step gradients (`reference_check`'s first part)."""
+    found = reference_check(workload, batch_size, seed, device, grad_clip)
+    return found[0] if found is not None else None
+
+
+def reference_check(workload, batch_size: int, seed: int, device: str,
+                    grad_clip: float = 0.0) -> tuple[dict, float] | None:
     """The sketch of the fp32 eager reference's gradients after the first backward pass
-    (`gradients.sketch`), each tensor with how far rounding-sized noise moves it (`wobble`).
+    (`gradients.sketch`), each tensor with how far rounding-sized noise moves it (`wobble`), and
+    how far the model's own randomness moves its first loss (`loss_spread`).
 
     Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
     micro-batches (the mean of equal micro-batch means is the batch mean), so that it fits
@@ -75,6 +97,7 @@ def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
 
         backward()
         clean = sketch_model(model)
+        spread = loss_spread(workload, model, micro, parts)
         # Once more with every parameter nudged by rounding-sized noise: how far rounding alone
         # moves each gradient (what the candidate's own rounding may move it, too).
         model.zero_grad(set_to_none=True)
@@ -84,6 +107,41 @@ def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
                 noise = torch.randn(p.shape, generator=generator, device=p.device, dtype=p.dtype)
                 p.mul_(1 + WOBBLE_NOISE * noise)
         backward()
-        return with_wobble(clean, sketch_model(model))
+        wobbled = with_wobble(clean, sketch_model(model))
+        for _ in range(RANDOM_BACKWARDS - 1 if spread > 0 else 0):
+            model.zero_grad(set_to_none=True)
+            backward()
+            wobbled = _widest(wobbled, with_wobble(clean, sketch_model(model)))
+        return wobbled, spread
     finally:
         trainer.close()
+
+
+def _widest(a: dict, b: dict) -> dict:
+    """Per tensor, the larger of two wobbles (direction and norm) around the same clean sketch."""
+    return {name: dataclasses.replace(s, wobble=max(s.wobble, b[name].wobble),
+                                      wobble_ratio=max(s.wobble_ratio, b[name].wobble_ratio))
+            if name in b else s for name, s in a.items()}
+
+
+def loss_spread(workload, model, micro: list, parts: int) -> float:
+    """How far the model's own randomness moves the first batch's loss, relative to it: the
+    largest change over RANDOM_DRAWS forwards of the same weights (0 for a deterministic model,
+    after one). A compiled or micro-batched run draws other dropout masks than the eager
+    reference, so its losses differ by about this much whatever its numerics (an encoder with
+    dropout 0.1 on the CPU: 0.1-0.4% a draw, its compiled and micro-batched runs 0.4-0.6% over 8
+    steps, against fp32's 0.2%)."""
+    def loss() -> float:
+        return sum(float(workload.loss(model, tuple(part) if parts > 1 else part))
+                   for part in micro) / parts
+
+    with torch.no_grad():
+        first = loss()
+        if not first:
+            return 0.0
+        changes = []
+        for _ in range(RANDOM_DRAWS):
+            changes.append(abs(loss() - first) / abs(first))
+            if changes[0] < ARITHMETIC_SPREAD:
+                return 0.0
+    return max(changes)

@@ -10,6 +10,8 @@ itself is left for the parent to notice.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 import queue
 import sys
@@ -18,6 +20,7 @@ import time
 import traceback
 
 from strategies.config import ConfigError, TuneConfig
+from strategies.files import write_atomic
 from tuner_tui.engine import noise, protocol, worker_log
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
@@ -49,6 +52,9 @@ class Worker:
         self.gradients: tuple[int, dict | None] | None = None
         """(batch size, the sketch of the fp32 reference's first-step
         gradients): the latest one."""
+        self.loss_spread: float | None = None
+        """How far the model's own randomness moves the reference's first loss, at that batch
+        size (`reference_gradients.loss_spread`); None where unknown."""
         self.profile_request: protocol.ProfileRun | None = None
         """Taken on the live run once its measurement window is over."""
         self.compile_before: dict = {}
@@ -309,18 +315,21 @@ class Worker:
         from pathlib import Path
 
         from tuner_tui.engine.gradients import load_sketch, save_sketch
-        from tuner_tui.engine.reference_cache import GRADIENTS
-        from tuner_tui.engine.reference_gradients import reference_gradients
+        from tuner_tui.engine.reference_cache import GRADIENTS, LOSS_SPREAD
+        from tuner_tui.engine.reference_gradients import reference_check
 
         batch_size = config.batch_size or self.workload.default_batch_size
         key = batch_size  # clipping acts in the optimizer step, after the gradients compared
         if self.gradients is not None and self.gradients[0] == key:
             return self.gradients[1]
-        self.gradients = None
+        self.gradients, self.loss_spread = None, None
         path = Path(cache_dir) / GRADIENTS if cache_dir else None
         sketched = load_sketch(path) if path is not None and path.exists() else None
-        if sketched is None:
-            grads = reference_gradients(self.workload, batch_size, self.spec.seed, self.device)
+        if sketched is not None:
+            self.loss_spread = _read_spread(path.parent / LOSS_SPREAD)
+        else:
+            found = reference_check(self.workload, batch_size, self.spec.seed, self.device)
+            grads, self.loss_spread = found if found is not None else (None, None)
             if grads is None:
                 self.emit(protocol.WorkerLog(
                     "warning", f"the fp32 reference's gradients at batch {batch_size} do not fit "
@@ -330,6 +339,7 @@ class Worker:
                 if path is not None:
                     try:
                         path.parent.mkdir(parents=True, exist_ok=True)
+                        write_atomic(path.parent / LOSS_SPREAD, json.dumps(self.loss_spread))
                         save_sketch(path, sketched)
                     except Exception as exc:  # the cache is a saving, never a failure
                         self.emit(protocol.WorkerLog(
@@ -346,6 +356,7 @@ class Worker:
             gradients = self.reference_gradients(cmd.config, cmd.reference_dir)
             trainer = self._new_run(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
             trainer.reference_gradients = gradients
+            trainer.reference_loss_spread = self.loss_spread
             self._build_trainer(trainer)
             self._emit_records(trainer, self._first_step(trainer))
             cap = noise.adaptive_cap(cmd.steps, cmd.max_steps)
@@ -450,6 +461,7 @@ class Worker:
             gradients = self.reference_gradients(cmd.config)
             trainer = self._new_run(cmd.config, 5, reference)
             trainer.reference_gradients = gradients
+            trainer.reference_loss_spread = self.loss_spread
             self._build_trainer(trainer)
             self.measure_steps = cmd.measure_steps
             self.measure_cap = noise.adaptive_cap(cmd.measure_steps, cmd.max_steps)
@@ -561,3 +573,13 @@ def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
     # Let the queue's feeder thread flush the last events before the process exits.
     events.close()
     events.join_thread()
+
+
+def _read_spread(path) -> float | None:
+    """The loss spread written beside a cached reference's gradients; None where there is none
+    (a cache entry written before it was kept) or it cannot be read."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
