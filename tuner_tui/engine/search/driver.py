@@ -326,7 +326,11 @@ class Search:
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
         once = min(seconds, self.times.one_time_s(config))
-        timeout = self.timeout(seconds, by_budget_end=seconds > self.time_left(), one_time_s=once)
+        # Let in past the budget's end only as a plan without the one-time cost would be: that
+        # cost decides what starts (`anytime`), not how long a started trial may run (with it, an
+        # eager recipe that fitted before was cut at the budget's end, the search's only answer).
+        timeout = self.timeout(seconds, by_budget_end=seconds - once > self.time_left(),
+                               one_time_s=once)
         result = self.deadline.cut_short(
             self.run_trial(config, reference, steps, timeout=timeout), timeout, seconds, once)
         if estimated is None:  # nothing measured before it: from what its worker counted
