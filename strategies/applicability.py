@@ -1,4 +1,5 @@
-"""Options that change nothing in a given model, as plain data.
+"""Options that change nothing in a given model, and options that would change how it trains,
+as plain data.
 
 The worker finds them when it builds the workload (`strategies.compose.inapplicable`, which asks
 each strategy module) and sends them in its description of the workload
@@ -12,6 +13,12 @@ A key is an option (`KEY`: none of its values other than the default changes the
 choice of an option (`KEY=CHOICE`: that value changes nothing; for a set option such as
 fused_kernels, that member). Labels leave them out (`TuneConfig.label(skip=...)`), the dashboard
 shows the reason beside the option, and the search leaves them out of its space.
+
+The options that would change how the model trains beyond rounding come the same way
+(`WorkerReady.workload["changes_training"]`, from `strategies.compose.changes_training`), e.g.
+`{"micro_batch_size": "its 20 BatchNorm layers would normalize each micro-batch by ..."}`. Labels
+keep them (the run is another one); the search holds them at their default, since the gradient
+gate would refuse every other value.
 
 Torch-free: the dashboard and the headless commands read it.
 """
@@ -42,7 +49,19 @@ def inapplicable_options(workload: Mapping[str, Any] | None) -> dict[str, str]:
     """The options and choices (`KEY`, `KEY=CHOICE`) that change nothing in the workload a
     worker described, each with the reason; {} where the worker found none or could not tell.
     Keys this version does not know are left out."""
-    found = (workload or {}).get("inapplicable") or {}
+    return _described(workload, "inapplicable")
+
+
+def training_changing_options(workload: Mapping[str, Any] | None) -> dict[str, str]:
+    """The options whose values other than the default would train the workload's model
+    differently beyond rounding (`WorkerReady.workload["changes_training"]`: micro-batches
+    under BatchNorm), each with the reason: the gradient gate refuses them, so the search
+    leaves them out."""
+    return _described(workload, "changes_training")
+
+
+def _described(workload: Mapping[str, Any] | None, field: str) -> dict[str, str]:
+    found = (workload or {}).get(field) or {}
     if not isinstance(found, Mapping):
         return {}
     return {k: v for k, v in found.items()

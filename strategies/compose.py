@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from strategies import (
+    accumulation,
     attention,
     checkpointing,
     data_parallel,
@@ -184,6 +185,20 @@ INAPPLICABLE_CHECKS: tuple[Callable, ...] = (
 )
 """Each strategy's `inapplicable(model, blocks)`, for the strategies whose options may find
 nothing to change in a model."""
+
+
+CHANGES_TRAINING_CHECKS: tuple[Callable, ...] = (accumulation.changes_training,)
+"""Each `changes_training(model, blocks)`: the options whose values other than the default
+train this model differently, beyond rounding (the gradient gate refuses them)."""
+
+
+def changes_training(model: nn.Module, blocks: list[nn.Module] | None = None) -> dict[str, str]:
+    """The options that would change how `model` trains, each with the reason (keys as
+    `strategies.applicability` describes them). Reads the model only."""
+    found: dict[str, str] = {}
+    for check in CHANGES_TRAINING_CHECKS:
+        found.update(check(model, blocks))
+    return found
 
 
 def inapplicable(model: nn.Module, blocks: list[nn.Module] | None = None) -> dict[str, str]:

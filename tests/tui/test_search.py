@@ -69,3 +69,16 @@ def test_progress_estimate_unknown_through_the_opening_then_counted():
         if not search.current.startswith("move"):
             assert search.planned is None, search.current
     assert search.planned is not None and search.planned >= len(search.tried)
+
+
+def test_the_dashboard_s_search_leaves_out_what_the_worker_said_the_model_does_not_allow():
+    # (it searched every option whatever the model: attention in a CNN, micro-batches under
+    # BatchNorm, which the gradient gate refuses)
+    workload = {"default_batch_size": 8, "inapplicable": {"attention": "no attention module"},
+                "changes_training": {"micro_batch_size": "its BatchNorm layers would ..."}}
+    search = LiveSearch(GPU_CAPS, default_batch=8, workload=workload)
+    assert "attention" not in dict(search.space.choices)
+    assert search.space.held == ("micro_batch_size",)
+    results = run(search)
+    assert all(r.config["micro_batch_size"] == 0 for r in results)
+    assert "attention" in dict(LiveSearch(GPU_CAPS, default_batch=8).space.choices)

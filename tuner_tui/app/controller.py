@@ -198,7 +198,7 @@ class Controller:
             return
         default_batch = int(self.session.workload.get("default_batch_size") or self.session.batch_size or 1)
         try:
-            self.search = self.search_factory(caps, default_batch)
+            self.search = self.search_factory(caps, default_batch, workload=self.session.workload)
         except (ConfigError, ImportError) as exc:
             self.controls.notify(str(exc), title="cannot search", severity="error")
             return

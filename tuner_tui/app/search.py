@@ -10,8 +10,9 @@ as trials already done. Torch-free; the engine's search module is imported when 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
+from strategies.applicability import inapplicable_options, training_changing_options
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui.engine.protocol import TrialResult
@@ -26,12 +27,17 @@ class LiveSearch:
         capabilities: Capabilities,
         default_batch: int,
         strategy_factory: Callable[[Any], Any] | None = None,
+        workload: Mapping[str, Any] | None = None,
     ) -> None:
+        """`workload`: the worker's description of it (`WorkerReady.workload`), whose options
+        that change nothing, or would train the model differently, are not searched."""
         from tuner_tui.engine import search as engine
         from tuner_tui.engine.search.priors import Context
 
         self._engine = engine
-        self.space = engine.default_space(capabilities, default_batch)
+        self.space = engine.default_space(
+            capabilities, default_batch, inapplicable=inapplicable_options(workload),
+            changes_training=training_changing_options(workload))
         self.history = engine.History(self.space)
         self.strategy = (strategy_factory or (lambda space: engine.AnytimeSearch(
             space, Context(capabilities.device, False, default_batch))))(self.space)

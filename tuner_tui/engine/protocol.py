@@ -125,7 +125,8 @@ class WorkerReady:
     workload: dict
     """`Workload.describe()` with the run's seed and data: name, items_per_sample, item_name
     (tokens, images, samples), default_batch_size, inapplicable (the options that change
-    nothing in the model, `strategies.applicability`), seed, data."""
+    nothing in the model, `strategies.applicability`), changes_training (the options that would
+    train it differently, such as micro-batches under BatchNorm), seed, data."""
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,14 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
     how far the model's own randomness moves its first loss (`loss_spread`).
 
     Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
-    micro-batches (the mean of equal micro-batch means is the batch mean), so that it fits
+    micro-batches (the mean of equal micro-batch means is the batch mean; not for a model that
+    micro-batches would train differently, `Workload.changes_training`), so that it fits
     wherever the candidate does. None when even that does not fit."""
     from tuner_tui.engine.trial import classify, release_memory
 
     plain = TuneConfig.reference(batch_size).replace(grad_clip=grad_clip)
-    attempts = [(plain, 1)] + [(plain.replace(checkpointing="full"), n) for n in (1, 2, 4, 8)]
+    splits = (1,) if "micro_batch_size" in workload.changes_training() else (1, 2, 4, 8)
+    attempts = [(plain, 1)] + [(plain.replace(checkpointing="full"), n) for n in splits]
     try:
         for config, parts in attempts:
             try:

@@ -21,7 +21,7 @@ import torch
 
 import strategies
 from strategies.config import ConfigError, TuneConfig
-from strategies.registry import NUMERICS, numerics_class
+from strategies.registry import NUMERICS, OPTIONS, numerics_class
 from tuner_tui.engine.memory_parts import memory_parts
 from tuner_tui.engine.model_shape import model_shape
 from tuner_tui.engine.gradients import GradientCheck, compare
@@ -408,6 +408,8 @@ class Trainer:
                 f"{tolerance:.1%} for {numerics(self.config)})"
             )
         status = self._gradient_verdict(status, base)
+        if status in ("numerics", "loss-mismatch"):
+            base["message"] += self._changed_training()
         warm = [r.step_ms for r in self.records if 0 < r.step < self.warmup_steps]
         peak = self.peak() if self.workload.flops_per_item and self.device == "cuda" else None
         return TrialResult(
@@ -467,6 +469,14 @@ class Trainer:
             return status
         base["message"] = check.message + (f"; {base['message']}" if base["message"] else "")
         return "numerics"
+
+    def _changed_training(self) -> str:
+        """The options of this configuration that train the model differently beyond rounding
+        (`Workload.changes_training`), as the likely cause of a refusal ("" where none)."""
+        found = self.workload.changes_training()
+        causes = [f"{key}: {why}" for key, why in found.items()
+                  if "=" not in key and self.config[key] != OPTIONS[key].default]
+        return "".join(f"; {cause}" for cause in causes)
 
     def profile(self, steps: int, trace_path: str | None, measured_step_ms: float | None,
                 compile_before: dict | None = None) -> dict:

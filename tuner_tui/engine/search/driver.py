@@ -30,7 +30,7 @@ import traceback
 from dataclasses import replace
 from typing import Callable, TextIO
 
-from strategies.applicability import inapplicable_options
+from strategies.applicability import inapplicable_options, training_changing_options
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
@@ -149,8 +149,9 @@ class Search:
         self.default_batch = self.workload["default_batch_size"]
         self.workload_key = workload_key(self.workload)
         self.skip = tuple(inapplicable_options(self.workload))
+        changes_training = training_changing_options(self.workload)
         self.space = default_space(self.caps, self.default_batch, plan.fixed, plan.choices,
-                                   inapplicable=self.skip)
+                                   inapplicable=self.skip, changes_training=changes_training)
         start = self.space.start()
         start.check_runnable(self.caps)
         # The batch the devices and the micro-batch must divide is known only now.
@@ -184,6 +185,9 @@ class Search:
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
                   + (f", time budget {plan.budget_s / 60:g} min" if plan.budget_s else "") + ")")
+        for key in self.space.held:
+            self.say(f"not searched: {key}, which would train this model differently: "
+                     f"{changes_training[key]} (--search {key}=... tries it anyway)")
 
     def _store_pairs(self):
         """What this machine's store has measured of each lever, on any workload."""

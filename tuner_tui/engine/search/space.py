@@ -67,6 +67,10 @@ class SearchSpace:
     """Options and choices (`KEY`, `KEY=CHOICE`) that change nothing in the workload's model
     (`strategies.applicability`): put back at their defaults, so that a move of them is no
     move at all."""
+    held: tuple[str, ...] = ()
+    """Options that would train the workload's model differently (micro-batches under
+    BatchNorm, `strategies.applicability`), which the user neither holds nor searches: kept at
+    their defaults, since the gradient gate would refuse any other value."""
 
     def values(self, key: str) -> tuple:
         found = dict(self.choices).get(key)
@@ -132,6 +136,8 @@ class SearchSpace:
             )
         if config.micro_batch_size and config.micro_batch_size == self.rank_batch(config):
             changes["micro_batch_size"] = 0
+        for key in self.held:
+            changes[key] = default_value(key)
         for knob, mode in PARALLEL_KNOBS.items():
             if config.parallel != mode:
                 changes[knob] = self.start_value(knob)
@@ -153,6 +159,8 @@ class SearchSpace:
         fixed = dict(self.fixed)
         if "micro_batch_size" in fixed:
             return [fixed["micro_batch_size"]]
+        if "micro_batch_size" in self.held:
+            return [0]
         batch = self.rank_batch(config)
         sizes, size = [0], batch // 2
         while size >= 1 and batch % size == 0:
@@ -239,15 +247,20 @@ def default_space(
     fixed: dict | None = None,
     choices: dict | None = None,
     inapplicable: dict | None = None,
+    changes_training: dict | None = None,
 ) -> SearchSpace:
     """The space for this machine: `DEFAULT_CHOICES`, replaced per option by `choices`, without
     the options that `fixed` sets, without the options and values the workload says do nothing
     for its model (`inapplicable`: option or option=value -> why, such as attention for a model
     without attention modules; unless the user names them in `choices`), and without the values
-    this machine cannot run."""
+    this machine cannot run. The options that would train the model differently
+    (`changes_training`: micro-batches under BatchNorm) are held at their defaults unless the
+    user holds or searches them."""
     fixed = dict(fixed or {})
     skip = tuple(inapplicable or ())
-    defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in skip}
+    held = tuple(k for k in (changes_training or ())
+                 if "=" not in k and k not in fixed and k not in (choices or {}))
+    defaults = {k: v for k, v in DEFAULT_CHOICES.items() if k not in skip + held}
     merged = {**defaults, **parallel_choices(fixed, choices or {}), **(choices or {})}
     kept: list[tuple[str, tuple]] = []
     grow = False
@@ -277,7 +290,7 @@ def default_space(
     if modes == ("off",):  # a compile scope changes nothing without compile
         kept = [(k, v) for k, v in kept if k != "compile_scope"]
     space = SearchSpace(tuple(kept), tuple((k, plain(v)) for k, v in fixed.items()), grow_batch=grow,
-                        default_batch=default_batch, inapplicable=skip)
+                        default_batch=default_batch, inapplicable=skip, held=held)
     # A set value that differs only in members the model lacks is the same run.
     distinct = []
     for key, values in space.choices:
@@ -291,7 +304,7 @@ def default_space(
         if values is not None:
             distinct.append((key, values))
     return SearchSpace(tuple(distinct), space.fixed, grow_batch=grow,
-                       default_batch=default_batch, inapplicable=skip)
+                       default_batch=default_batch, inapplicable=skip, held=held)
 
 
 def parallel_choices(fixed: dict, choices: dict) -> dict[str, tuple]:

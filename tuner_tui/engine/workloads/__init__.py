@@ -64,23 +64,33 @@ class Workload:
     """What identifies a user's workload beyond its name: its function's qualified name and a
     hash of its source files (`code_identity`), set by `load`. Empty for the built-in models,
     whose code is part of gputune's code hash."""
-    _inapplicable: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _facts: tuple[dict[str, str], dict[str, str]] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def inapplicable(self) -> dict[str, str]:
         """The options and choices that change nothing in this model, each with the reason
-        (`strategies.compose.inapplicable`). Found once, on a copy built on the meta device (no
-        memory, no compute); {} where the model cannot be built there."""
-        if self._inapplicable is None:
-            from strategies.compose import inapplicable
+        (`strategies.compose.inapplicable`)."""
+        return self._model_facts()[0]
+
+    def changes_training(self) -> dict[str, str]:
+        """The options that would train this model differently beyond rounding, each with the
+        reason (`strategies.compose.changes_training`: micro-batches under BatchNorm)."""
+        return self._model_facts()[1]
+
+    def _model_facts(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Found once, on a copy built on the meta device (no memory, no compute); empty where
+        the model cannot be built there."""
+        if self._facts is None:
+            from strategies.compose import changes_training, inapplicable
 
             try:
                 with torch.device("meta"):
                     model = self.build_model()
                     blocks = self.blocks(model) if self.blocks else None
-                self._inapplicable = inapplicable(model, blocks)
+                self._facts = (inapplicable(model, blocks), changes_training(model, blocks))
             except Exception:  # a user's model may not build without real tensors: assume all apply
-                self._inapplicable = {}
-        return self._inapplicable
+                self._facts = ({}, {})
+        return self._facts
 
     def describe(self, model: nn.Module | None = None) -> dict:
         d = {
@@ -89,6 +99,7 @@ class Workload:
             "item_name": self.item_name,
             "default_batch_size": self.default_batch_size,
             "inapplicable": dict(self.inapplicable()),
+            "changes_training": dict(self.changes_training()),
         }
         if self.code:
             d["code"] = self.code
