@@ -19,7 +19,7 @@ from tuner_tui.engine.search.driver import check_devices
 from tuner_tui.engine.search.report import tied_leaders
 from tuner_tui.engine.search.memory import (
     SKIP_MARGIN, data_parallel_bytes, estimate, fixed_bytes, micro_batch, parameter_count,
-    prior_estimate, static_parts,
+    prior_estimate, static_parts, trainable_count,
 )
 from tuner_tui.engine.search.memory_prior import ModelShape, autocast_copy_bytes, per_sample_bytes
 
@@ -46,6 +46,27 @@ def test_static_parts_follow_the_dtypes_of_weights_and_optimizer_state():
     assert static_parts(lean, N) == (2 * N, 2 * N, 2 * N)
     assert static_parts(fp32.replace(optimizer_state="offload"), N)[2] == 0
     assert parameter_count([_row(lean, 100 * MiB)]) == N
+
+
+def test_a_frozen_backbone_is_estimated_with_the_gradients_and_state_of_its_trainable_part():
+    # (counted whole, a frozen backbone's state put a CPU model's estimates at 362 MiB where
+    # 161 MiB was measured, and its search fitted the budget with 8-bit state and micro-batches)
+    trainable = N // 100
+    fp32 = TuneConfig.from_dict({"batch_size": 8})
+    p, g, s = static_parts(fp32, N, trainable)
+    assert (p, g, s) == (4 * N, 4 * trainable, 8 * trainable)
+    measured = TrialResult(config=fp32.to_dict(), label=fp32.label(), status="ok",
+                           tokens_per_s=1.0, peak_memory_bytes=p + g + s + 80 * MiB, loss_ok=True,
+                           memory_parts={"parameters": p, "trainable": 4 * trainable,
+                                         "gradients": g, "optimizer_state": s})
+    assert trainable_count([measured]) == trainable and trainable_count([_row(fp32, 1)]) is None
+    lean = fp32.replace(optimizer_state="8bit")
+    found = estimate(lean, [measured], default_batch=8)
+    assert found.optimizer_state == 2 * trainable and found.activations == 80 * MiB
+    assert found.total == 4 * N + 4 * trainable + 2 * trainable + 80 * MiB
+    # A row measured before trainable parameters were counted: all of them train.
+    assert estimate(lean, [_row(fp32, sum(static_parts(fp32, N)) + 80 * MiB)], 8).optimizer_state \
+        == 2 * N
 
 
 def test_the_estimate_computes_the_static_parts_and_scales_activations_by_the_micro_batch():

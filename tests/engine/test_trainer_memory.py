@@ -91,3 +91,19 @@ def test_memory_parts_of_bf16_weights_with_8bit_state():
     codes, scales, maps = 2 * 4096, 2 * 16 * 4, 2 * 256 * 4
     small, steps = 2 * (n - 4096) * 2, 4 * 4
     assert parts["optimizer_state"] == codes + scales + small + steps + maps
+
+
+def test_a_frozen_backbone_s_parameters_hold_no_gradients_or_state_and_are_counted_apart():
+    import strategies
+    from tuner_tui.engine.memory_parts import memory_parts
+
+    torch.manual_seed(0)
+    backbone, head = torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)
+    backbone.requires_grad_(False)
+    model = torch.nn.Sequential(backbone, head)
+    tuned = strategies.apply(TuneConfig(), model,
+                             torch.optim.AdamW(p for p in model.parameters() if p.requires_grad))
+    tuned.step(tuned.model(torch.randn(4, 64)).square().mean(), zero_grad=False)
+    parts = memory_parts(tuned.model, tuned.optimizer, torch.device("cpu"))
+    assert parts["parameters"] == 4 * (64 * 64 + 64 + 64 * 8 + 8)
+    assert parts["trainable"] == parts["gradients"] == 4 * (64 * 8 + 8)

@@ -59,6 +59,8 @@ def memory_parts(model: torch.nn.Module, optimizer, device: torch.device) -> dic
     states = _optimizer_states(optimizer.state_dict()) if optimizer is not None else []
     return {
         "parameters": tensor_bytes(params, device),
+        # Gradients and optimizer state exist for these alone (a frozen backbone has neither).
+        "trainable": tensor_bytes([p for p in params if p.requires_grad], device),
         "gradients": tensor_bytes([p.grad for p in params if p.grad is not None], device),
         "optimizer_state": tensor_bytes(states, device),
     }
