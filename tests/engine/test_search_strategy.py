@@ -350,6 +350,32 @@ def test_a_lost_loss_is_blamed_on_the_numerics_not_on_the_compiler_beside_them()
     assert priors.failures.get(("compile_mode", "default"), 0) > 0
 
 
+def test_a_lost_loss_where_only_the_micro_batches_are_new_is_blamed_on_them():
+    """A loss averaged over a count that differs between micro-batches, or a BatchNorm the
+    worker did not see: the split changes the training. Where every value beside it that
+    changes the numerics has kept them in this search, the split takes the blame, and further
+    micro-batched configurations lose their chance; a whole batch keeps its own."""
+    from tuner_tui.engine.search.priors import SPLIT, Priors
+
+    priors = Priors(Context("cuda", large=False, default_batch=16), canonical=lambda c: c)
+    bf16 = TuneConfig.from_dict({"precision": "bf16", "optimizer": "fused", "batch_size": 64})
+    priors.observe(bf16, row_of(1000.0, precision="bf16"))
+    split = bf16.replace(micro_batch_size=16)
+    before = priors.chance_it_works(split.replace(checkpointing="full"))
+    priors.observe(split, row_of(1000.0, status="numerics", precision="bf16"))
+    assert priors.failures == {SPLIT: 1.0}
+    assert priors.chance_it_works(split.replace(checkpointing="full")) < 0.3 * before
+    assert priors.chance_it_works(bf16.replace(checkpointing="full")) \
+        == priors.chance_it_works(bf16.replace(checkpointing="full", micro_batch_size=0))
+    assert priors.chance_it_works(bf16.replace(batch_size=128)) > 0.9
+    # Where a value that changes the numerics has not kept them yet (float8 here), it is the
+    # suspect, as before.
+    fresh = Priors(Context("cuda", large=False, default_batch=16), canonical=lambda c: c)
+    fp8 = split.replace(compile_mode="default", fp8="tensorwise")
+    fresh.observe(fp8, row_of(1000.0, status="numerics", precision="bf16"))
+    assert SPLIT not in fresh.failures and fresh.failures.get(("fp8", "tensorwise"), 0) > 0
+
+
 def test_the_expert_fits_a_budget_with_the_levers_that_cost_least_in_all():
     """Two cheap levers (bf16 optimizer state, -1%; selective checkpointing under compile, -2%)
     beat those that close the gap alone (full checkpointing, -17%, which frees the most memory

@@ -38,6 +38,11 @@ model's business)."""
 NUMERICS_FAILED = ("diverged", "numerics", "loss-mismatch")
 """Failures blamed only on the values that change the numerics (precision, float8, bf16 weights
 or optimizer state), where the configuration has any."""
+SPLIT = ("micro_batch_size", "split")
+"""Micro-batches accumulated, as a suspect: exact for most models, but another training where a
+sample's loss depends on the others of its batch (BatchNorm, which the worker names before any
+trial, or a loss averaged over a count that differs between micro-batches, which only a refused
+trial shows)."""
 SEARCH_SD = 0.02
 """The measurement's own uncertainty in a pair of this search (a few % of run-to-run noise)."""
 CONTEXT_SD = 0.03
@@ -213,6 +218,12 @@ class Priors:
         """A trial ended: a failure is blamed on its risky values in proportion to their risk,
         a success clears each of them once more."""
         values = risky_values(config)
+        if result.status in NUMERICS_FAILED and _splits(config) and not any(
+                _changes_numerics(*v) and not self.successes.get(v) for v in values):
+            # Every value here that changes the numerics has kept them elsewhere in this search:
+            # the split into micro-batches changed the training.
+            self.failures[SPLIT] = self.failures.get(SPLIT, 0.0) + 1.0
+            return
         if result.status in NUMERICS_FAILED:  # a lost loss is the numerics' doing, not a kernel's
             values = [v for v in values if _changes_numerics(*v)] or values
         if result.status in FAILED:
@@ -300,7 +311,7 @@ class Priors:
         declared risk says (less with every success); one that has not takes each failure
         blamed on it as evidence that it fails here (failures on one machine and model repeat:
         a compile error comes back in every configuration that has the value)."""
-        chance = 1.0
+        chance = FAILURE_EVIDENCE ** self.failures.get(SPLIT, 0.0) if _splits(config) else 1.0
         for value in risky_values(config):
             risk, ok = risk_of(*value), self.successes.get(value, 0)
             if ok:
@@ -329,6 +340,12 @@ def risk_of(key: str, value) -> float:
     prior = OPTIONS["fused_kernels"].search.prior.get(value) if key == "fused_kernels" else \
         OPTIONS[key].search.prior.get(value)
     return prior.risk if prior is not None else UNKNOWN.risk
+
+
+def _splits(config: TuneConfig) -> bool:
+    """Whether the configuration accumulates micro-batches (a canonical configuration's
+    micro-batch is smaller than its batch wherever it is set)."""
+    return bool(config.micro_batch_size)
 
 
 def _changes_numerics(key: str, value) -> bool:
