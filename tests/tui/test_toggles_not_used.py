@@ -55,3 +55,38 @@ async def test_options_the_model_does_not_use_are_disabled_with_the_reason():
         await pilot.pause()
         assert not app.query_one("#why-attention", Static).display
         assert not app.query_one("#opt-attention", Select).disabled
+
+
+@async_test
+async def test_an_option_that_changes_how_the_model_trains_says_so_and_stays_editable():
+    app = PanelApp()
+    async with app.run_test(size=(120, 60)) as pilot:
+        panel = app.query_one(TogglesPanel)
+        panel.capabilities = GPU_CAPS
+        panel.changes_training = {"micro_batch_size": "its 9 BatchNorm layers would normalize "
+                                                      "each micro-batch by its own statistics"}
+        await pilot.pause()
+        why = app.query_one("#why-micro_batch_size", Static)
+        assert why.display and "9 BatchNorm layers" in str(why.render())
+        assert not any(w.disabled for w in panel.query("#row-micro_batch_size *"))
+        panel.changes_training = {}
+        await pilot.pause()
+        assert not why.display
+
+
+@async_test
+async def test_the_dashboard_gives_the_panel_what_the_worker_said_of_its_model():
+    # (the panel could show both, but nothing gave them to it: every option looked in use)
+    from tui_fakes import WORKLOAD, FakeSampler, FakeWorker, wait_for
+    from tuner_tui.app.app import GputuneApp
+
+    said = {**WORKLOAD, "inapplicable": CNN,
+            "changes_training": {"micro_batch_size": "its 9 BatchNorm layers would ..."}}
+    app = GputuneApp(lambda: FakeWorker(workload=said), TuneConfig(),
+                     sampler_factory=lambda: FakeSampler(gpu=False))
+    async with app.run_test(size=(120, 60)) as pilot:
+        await wait_for(pilot, lambda: app.session.capabilities is not None)
+        await pilot.pause()
+        assert app.toggles.inapplicable == CNN
+        assert "9 BatchNorm layers" in app.toggles.changes_training["micro_batch_size"]
+        assert app.query_one("#row-attention").has_class("-not-used")

@@ -66,8 +66,10 @@ class FakeWorker:
     (e.g. {"fp16": "diverged"}, or "numerics": it runs but fails the gradient gate) to script faults; `kill()` makes it die like a SIGKILLed process."""
 
     def __init__(self, caps: Capabilities = CPU_CAPS, steps: int = 24, pid: int = 4242, fail: dict | None = None,
-                 spread: float = 0.01):
+                 spread: float = 0.01, workload: dict | None = None):
         self.caps = caps
+        self.workload = dict(workload or WORKLOAD)
+        """What its WorkerReady says of the model (`Workload.describe()`)."""
         self.steps = steps
         self.spread = spread
         """Half the interquartile range of the step times its results report, relative."""
@@ -97,7 +99,7 @@ class FakeWorker:
                 pid=self._pid,
                 capabilities=self.caps.to_dict(),
                 environment={"torch": "2.13.0", "device": self.caps.device, "gpu": self.caps.gpu_name},
-                workload=dict(WORKLOAD),
+                workload=dict(self.workload),
             )
         )
 

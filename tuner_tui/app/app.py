@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header
 from textual.worker import get_current_worker
 
+from strategies.applicability import inapplicable_options, training_changing_options
 from strategies.config import ConfigError, ExportedConfig, TuneConfig
 from tuner_tui import format as fmt
 from tuner_tui.app import layout
@@ -319,6 +320,8 @@ class GputuneApp(App[int]):
         if isinstance(event, protocol.WorkerReady):
             caps = self.session.capabilities
             self.toggles.capabilities = caps
+            self.toggles.inapplicable = inapplicable_options(self.session.workload)
+            self.toggles.changes_training = training_changing_options(self.session.workload)
             self.sub_title = f"{self.session.workload.get('name', '')} · {caps.gpu_name or caps.device}"
         elif isinstance(event, protocol.RunStarted):
             try:

@@ -30,6 +30,7 @@ from tuner_tui.app.widgets.option_controls import control_for
 
 UNAVAILABLE_MARK = " ✗"
 NOT_USED_MARK = " (not used)"
+CHANGES_TRAINING = "changes how this model trains (the gradient gate refuses it): "
 
 
 def option_reason(option: Option, caps: Capabilities | None) -> str | None:
@@ -149,6 +150,10 @@ class TogglesPanel(Widget):
     """The options (`KEY`) and choices (`KEY=CHOICE`) that change nothing in the worker's
     model, with the reason (`strategies.applicability.inapplicable_options` of its
     description); {} until the worker is ready."""
+    changes_training: reactive[dict[str, str]] = reactive(dict, init=False)
+    """The options that would train the worker's model differently beyond rounding, with the
+    reason (`strategies.applicability.training_changing_options`: micro-batches under
+    BatchNorm); they stay editable, and the gradient gate refuses their runs."""
 
     class ApplyRequested(Message):
         """The user asked to apply the draft; `config` is validated, `problem` says why not."""
@@ -258,6 +263,9 @@ class TogglesPanel(Widget):
     def watch_inapplicable(self, inapplicable: dict[str, str]) -> None:
         self._refresh_availability()
 
+    def watch_changes_training(self, changes: dict[str, str]) -> None:
+        self._refresh_availability()
+
     def _refresh_availability(self) -> None:
         """Disable and explain what this machine cannot run and what the model does not use (a
         widget that holds a value other than the default stays editable, to take it back)."""
@@ -273,11 +281,13 @@ class TogglesPanel(Widget):
             for widget in widgets:
                 widget.disabled = bool(reason or unused) and not self._controls[key].stays_editable(widget)
                 widget.tooltip = reason or unused
+            changes = self.changes_training.get(key)
             why = self.query_one(f"#why-{key}", Static)
             why.update(f"✗ unavailable: {short_reason(option, caps)}" if reason
-                       else f"not used by this model: {unused}" if unused else "")
-            why.set_class(not reason and bool(unused), "-not-used")
-            why.display = bool(reason or unused)
+                       else f"not used by this model: {unused}" if unused
+                       else f"{CHANGES_TRAINING}{changes}" if changes else "")
+            why.set_class(not reason and bool(unused or changes), "-not-used")
+            why.display = bool(reason or unused or changes)
             self.query_one(f"#row-{key}").set_class(bool(unused), "-not-used")
             choices = getattr(option, "choices", None) or ()
             unused_choices = {c: not_used[f"{key}={c}"] for c in choices if f"{key}={c}" in not_used}
@@ -322,6 +332,8 @@ class TogglesPanel(Widget):
             text.append(f"✗ {problem}\n", style="bold")
         elif self._not_used(key):
             text.append(f"not used by this model: {self._not_used(key)}\n", style="italic")
+        elif key in self.changes_training:
+            text.append(f"{CHANGES_TRAINING}{self.changes_training[key]}\n", style="italic")
         text.append(f"{key}: ", style="bold")
         text.append(option.help)
         help_line.update(text)
