@@ -248,5 +248,8 @@ class LegacyStaged:
     def observe(self, *args) -> None:
         pass
 
+    def observe_check(self, *args) -> None:
+        pass
+
     def remaining(self, history) -> int:
         return 0

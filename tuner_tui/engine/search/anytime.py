@@ -127,6 +127,10 @@ class AnytimeSearch(SearchStrategy):
         measured = [(r.tune_config, r) for r in history.all() if r is not result]
         self.priors.learn_from(measured, config, result)
 
+    def observe_check(self, config: TuneConfig, result: TrialResult) -> None:
+        """A trial's loss was checked after it ran: kept or lost, the priors learn it."""
+        self.priors.observe_check(config, result)
+
     def remaining(self, history: History) -> int | None:
         return self._pool_size
 

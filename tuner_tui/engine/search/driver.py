@@ -52,7 +52,7 @@ from tuner_tui.engine.search.memory import (
 from tuner_tui.engine.search.outcome import assemble
 from tuner_tui.engine.search.plan import Event, SearchPlan
 from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_pairs
-from tuner_tui.engine.search.references import References
+from tuner_tui.engine.search.references import References, lost_with
 from tuner_tui.engine.search.report import SearchOutcome, budget_scope
 from tuner_tui.engine.search.space import default_space
 from tuner_tui.engine.search.surprise import confirm_surprise
@@ -169,7 +169,7 @@ class Search:
         self.refs = References(
             self.references, self.workload_key, self.environment, self.default_batch,
             start.batch_size or self.default_batch, self.history,
-            run=lambda config, why: self.evaluate(config, why, kind="reference"),
+            run=lambda config, why, kind="reference": self.evaluate(config, why, kind=kind),
             fits_device=lambda config: self._may_fit(config, device))
         ctx = Context(self.caps.device, False, self.default_batch)
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
@@ -300,6 +300,8 @@ class Search:
             except Exception:  # learning from a trial is a saving, never a failure
                 pass
         self.refs.keep(config, result)
+        self._mark_lost()
+        result = self.history.get(config) or result
         self._learn_size()
         self.timeline.append(Event(len(self.timeline) + 1, kind, result.label, result.status, how,
                                    why, began, ended, result.tokens_per_s, *self.best_now()))
@@ -460,7 +462,32 @@ class Search:
         if checked is None:
             return result
         self.supersede(config, result, checked)
+        try:
+            self.strategy.observe_check(config, checked)
+        except Exception:  # learning from a check is a saving, never a failure
+            pass
+        top = self.history.best()
+        if not checked.loss_ok and top is not None and top.loss_ok is None:
+            # The lead passed to a row that ran unchecked while another led: it is checked now
+            # (a simulated search recommended float8 that way, after its leader lost the loss).
+            self._check_later(top.tune_config, top)
         return checked
+
+    def _mark_lost(self) -> None:
+        """Rows that ran without their loss compared, with values that change the numerics
+        which lost the loss in another trial, are marked as lost (`References.lost_unchecked`),
+        whichever trial ran last: never recommended unchecked, and learned from as lost."""
+        try:
+            found = self.refs.lost_unchecked()
+        except Exception:  # a judgement that cannot be made leaves the rows as they ran
+            return
+        for row, lost in found:
+            marked = lost_with(row, lost)
+            self.supersede(row.tune_config, row, marked)
+            try:
+                self.strategy.observe_check(row.tune_config, marked)
+            except Exception:  # learning from a check is a saving, never a failure
+                pass
 
     def supersede(self, config: TuneConfig, result: TrialResult, later: TrialResult) -> None:
         """`config`'s row is `later` from now on, where it was `result`."""

@@ -239,7 +239,21 @@ class Priors:
                     self.failures[sibling] = self.failures.get(sibling, 0.0) + blame / 2
         elif result.status in ("ok", "stopped"):
             for value in values:
+                if result.loss_ok is None and _changes_numerics(*value):
+                    # It ran, but its loss was never compared (another batch than the
+                    # reference's): that says nothing of the numerics it changes, and counted as
+                    # kept they had cleared float8 of the losses it lost at the run's batch.
+                    continue
                 self.successes[value] = self.successes.get(value, 0) + 1
+
+    def observe_check(self, config: TuneConfig, result: TrialResult) -> None:
+        """A trial's loss checked after it ran (`observe` saw it unchecked): what it says of the
+        values that change the numerics."""
+        if result.loss_ok:
+            for value in numerics_values(config):
+                self.successes[value] = self.successes.get(value, 0) + 1
+        elif result.status in NUMERICS_FAILED:
+            self.observe(config, result)
 
     def add_pair(self, before: TuneConfig, b: TrialResult, after: TuneConfig, a: TrialResult,
                  extra_sd: float = 0.0) -> None:
@@ -373,6 +387,12 @@ def risky_values(config: TuneConfig) -> list[tuple[str, object]]:
         elif _plain(config[key]) != _plain(option.default):
             found.append((key, _plain(config[key])))
     return found
+
+
+def numerics_values(config: TuneConfig) -> list[tuple[str, object]]:
+    """The values of a configuration that change what it computes from the fp32 reference's
+    (bf16, float8, bf16 weights, ...): where a lost loss is blamed."""
+    return [v for v in risky_values(config) if _changes_numerics(*v)]
 
 
 def speed_known(r: TrialResult) -> bool:

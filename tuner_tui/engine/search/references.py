@@ -21,6 +21,11 @@ from tuner_tui.engine.reference import (
 )
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search.history import History
+from tuner_tui.engine.search.priors import numerics_values
+
+LOST_LOSS = ("loss-mismatch", "numerics")
+"""How a trial that lost the reference's loss ends (a NaN, "diverged", is not checked here: it
+shows in its own losses)."""
 
 Key = tuple[int, float]
 """Batch size and gradient clipping: what a reference's losses depend on."""
@@ -29,7 +34,7 @@ Key = tuple[int, float]
 class References:
     def __init__(self, cache: ReferenceCache, workload_key: str, environment: dict,
                  default_batch: int, run_batch: int, history: History,
-                 run: Callable[[TuneConfig, str], TrialResult],
+                 run: Callable[..., TrialResult],
                  fits_device: Callable[[TuneConfig], bool]) -> None:
         self.cache = cache
         self.workload_key = workload_key
@@ -39,7 +44,8 @@ class References:
         """The batch of the search's start: its reference runs at once, others only if needed."""
         self.history = history
         self.run = run
-        """Runs a reference configuration as a trial of its own (a row of the search)."""
+        """Runs a configuration as a trial of its own (a row of the search): `run(config, why,
+        kind="reference")`."""
         self.fits_device = fits_device
         self.losses: dict[Key, tuple[float, ...]] = {}
         self.unchecked_note = ""
@@ -125,6 +131,62 @@ class References:
         numerics = {**config.to_dict(), **same}
         return any(r.loss_ok and {**r.config, **same} == numerics for r in self.history.all())
 
+    def lost_elsewhere(self, config: TuneConfig) -> TrialResult | None:
+        """A trial that lost the fp32 reference's loss through values that change the numerics
+        which `config` has too: those of its values that kept the loss in no trial of this
+        search (a search of a held-out model lost it with float8 beside bf16 weights, then
+        recommended float8 without them at another batch, where the reference run had crashed).
+        Where every such value kept the loss elsewhere, their combination or the micro-batches
+        are blamed: it counts against a configuration with all of those values that accumulates
+        micro-batches where the failed trial did."""
+        return _lost_by(config, self._losses())
+
+    def lost_unchecked(self) -> list[tuple[TrialResult, TrialResult]]:
+        """(row, the trial that lost the loss for it) for every row that ran without its loss
+        compared and has the values that lost it elsewhere (`lost_elsewhere`)."""
+        losses = self._losses()
+        found = []
+        for r in self.history.all():
+            if r.status == "ok" and r.loss_ok is None and r.config \
+                    and not computes_reference(r.tune_config):
+                lost = _lost_by(r.tune_config, losses)
+                if lost is not None:
+                    found.append((r, lost))
+        return found
+
+    def _losses(self) -> list[tuple[TrialResult, frozenset, frozenset, bool]]:
+        """Each trial that lost the loss: (it, the values blamed, all its values that change the
+        numerics, whether it accumulated micro-batches)."""
+        rows = [r for r in self.history.all() if r.config]
+        kept = {v for r in rows if r.loss_ok for v in numerics_values(r.tune_config)}
+        found = []
+        for r in rows:
+            if r.status in LOST_LOSS:
+                theirs = frozenset(numerics_values(r.tune_config))
+                found.append((r, theirs - kept, theirs, bool(r.tune_config.micro_batch_size)))
+        return found
+
+    def _check_at_run_batch(self, config: TuneConfig, result: TrialResult) -> TrialResult | None:
+        """Where no reference could run at the best's batch (it ran out of memory, crashed): the
+        same configuration is measured at the run's batch, where the reference's losses are
+        known, in micro-batches no larger than its own. A loss lost there is lost here; one kept
+        there is kept (`checked_elsewhere`). Without that check, a simulated search that had
+        lost the loss with float8 tensorwise recommended float8 rowwise, never checked."""
+        micro = config.micro_batch_size or config.batch_size or self.default_batch
+        try:
+            probe = config.replace(batch_size=self.run_batch,
+                                   micro_batch_size=micro if micro < self.run_batch else 0)
+        except Exception:  # (a combination the rules refuse: nothing is checked)
+            return None
+        if probe == config or not (self.losses.get(self.key(probe))
+                                   or self.cache.losses(self.entry(probe))):
+            return None
+        checked = self.run(probe, f"its loss, checked at batch {self.run_batch}, where the fp32 "
+                                  "reference ran", "trial")
+        if checked.status in LOST_LOSS or checked.loss_ok is False:
+            return lost_with(result, checked)
+        return None
+
     def check_later(self, config: TuneConfig, result: TrialResult,
                     seconds_left: float, reference_s: Callable[[float | None], float]
                     ) -> TrialResult | None:
@@ -136,6 +198,9 @@ class References:
             return None
         if self.history.best() is not result or self.checked_elsewhere(config):
             return None
+        lost = self.lost_elsewhere(config)
+        if lost is not None:
+            return lost_with(result, lost)
         fp32_step = self.fp32_step_s(config.batch_size or self.default_batch)
         if reference_s(fp32_step) > seconds_left:
             self.unchecked_note = (
@@ -145,7 +210,7 @@ class References:
             return None
         reference = self.for_config(config, now=True)
         if not reference:
-            return None
+            return self._check_at_run_batch(config, result)
         tolerance = NUMERICS[numerics_class(dict(config.values))][0]
         ok, worst = check_losses(result.losses, reference, tolerance)
         if ok is None:
@@ -156,3 +221,24 @@ class References:
                 f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
                 f"{tolerance:.1%}), checked after the run"))
         return checked
+
+
+def _lost_by(config: TuneConfig, losses) -> TrialResult | None:
+    mine = set(numerics_values(config))
+    for r, blamed, theirs, split in losses:
+        if blamed:
+            if blamed <= mine:
+                return r
+        elif theirs <= mine and (config.micro_batch_size or not split):
+            return r
+    return None
+
+
+def lost_with(result: TrialResult, lost: TrialResult) -> TrialResult:
+    """`result`'s row as lost: its own loss was not checked, and `lost`, with the values of it
+    that change the numerics, lost the reference's."""
+    values = ", ".join(f"{key} {value}" for key, value in numerics_values(lost.tune_config))
+    return replace(result, status="loss-mismatch", loss_ok=False, message=(
+        f"its loss was not checked at batch {result.batch_size}, and {lost.label}, with "
+        f"{f'the same values that change the numerics ({values})' if values else 'its numerics'}"
+        f", lost the loss at batch {lost.batch_size}"))
