@@ -121,6 +121,10 @@ def test_every_unchecked_row_with_the_numerics_that_lost_is_found_not_only_the_b
             unchecked(1250.0, **fp8, checkpointing="selective", batch_size=128),
             unchecked(1200.0, **COMMON, batch_size=64),
             unchecked(300.0, precision="fp32", batch_size=64)]
+    # The same numerics as the one that lost, but kept at batch 16 in another trial: judged
+    # by its own numerics' check, not by the loss of its neighbour (another compile mode).
+    same = {**fp8, "compile_mode": "reduce-overhead"}
+    rows += [row_of(1150.0, **same, batch_size=16), unchecked(1400.0, **same, batch_size=64)]
     refs = references(tmp_path, rows)
     found = refs.lost_unchecked()
     assert [(r.tokens_per_s, by.tokens_per_s) for r, by in found] == [(1300.0, 1100.0),

@@ -143,14 +143,15 @@ class References:
 
     def lost_unchecked(self) -> list[tuple[TrialResult, TrialResult]]:
         """(row, the trial that lost the loss for it) for every row that ran without its loss
-        compared and has the values that lost it elsewhere (`lost_elsewhere`)."""
+        compared and has the values that lost it elsewhere (`lost_elsewhere`), unless the same
+        numerics kept the loss at another batch (`checked_elsewhere`)."""
         losses = self._losses()
         found = []
         for r in self.history.all():
             if r.status == "ok" and r.loss_ok is None and r.config \
                     and not computes_reference(r.tune_config):
                 lost = _lost_by(r.tune_config, losses)
-                if lost is not None:
+                if lost is not None and not self.checked_elsewhere(r.tune_config):
                     found.append((r, lost))
         return found
 
