@@ -8,7 +8,7 @@ from strategies.config import TuneConfig
 from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search import History, default_space
 from tuner_tui.engine.search.priors import Context, Priors
-from tuner_tui.engine.search.references import References
+from tuner_tui.engine.search.references import References, lost_with
 from search_cases import GPU, row_of
 
 COMMON = {"precision": "bf16", "attention": "sdpa", "compile_mode": "default"}
@@ -60,24 +60,25 @@ def test_a_best_with_the_numerics_that_lost_the_loss_elsewhere_is_not_recommende
     failed = lost(900.0, **weights, fp8="tensorwise")
     best = unchecked(1200.0, **{**COMMON, "fp8": "tensorwise", "batch_size": 64,
                                 "micro_batch_size": 16})
-    refs = references(tmp_path, [row_of(1000.0, **weights), failed, best])
-    checked = refs.check_later(best.tune_config, best, 1e9, lambda step_s: 1.0)
-    assert checked.status == "loss-mismatch" and checked.loss_ok is False
-    assert failed.label in checked.message and "fp8 tensorwise" in checked.message
     # float8 rowwise never lost it: not judged by tensorwise's loss.
-    rowwise = unchecked(1200.0, **{**COMMON, "fp8": "rowwise", "batch_size": 64})
-    assert refs.lost_elsewhere(rowwise.tune_config) is None
+    rowwise = unchecked(1250.0, **{**COMMON, "fp8": "rowwise", "batch_size": 64})
+    refs = references(tmp_path, [row_of(1000.0, **weights), failed, best, rowwise])
+    [(row, by)] = refs.lost_unchecked()
+    assert row is best and by is failed
+    marked = lost_with(best, failed)
+    assert marked.status == "loss-mismatch" and marked.loss_ok is False
+    assert failed.label in marked.message and "fp8 tensorwise" in marked.message
 
 
 def test_a_loss_lost_in_micro_batches_counts_only_against_configurations_that_split(tmp_path):
     # bf16 kept the loss, and lost it in micro-batches (a BatchNorm, a loss over a count that
     # differs between micro-batches): the split is blamed, not bf16.
     whole = {**COMMON, "batch_size": 16}
+    split = unchecked(1100.0, **COMMON, batch_size=64, micro_batch_size=8)
     refs = references(tmp_path, [row_of(1000.0, **whole),
-                                 lost(900.0, **whole, micro_batch_size=4)])
-    assert refs.lost_elsewhere(TuneConfig.from_dict({**COMMON, "batch_size": 64})) is None
-    assert refs.lost_elsewhere(TuneConfig.from_dict({**COMMON, "batch_size": 64,
-                                                     "micro_batch_size": 8})) is not None
+                                 lost(900.0, **whole, micro_batch_size=4),
+                                 unchecked(1200.0, **COMMON, batch_size=64), split])
+    assert [row for row, _ in refs.lost_unchecked()] == [split]
 
 
 def test_where_no_reference_runs_at_the_best_s_batch_its_numerics_are_checked_at_the_run_s(

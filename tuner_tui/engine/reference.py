@@ -7,6 +7,8 @@ and which configurations can stand in for it. Torch-free (the parent processes u
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from strategies import registry
 from strategies.config import TuneConfig
 
@@ -14,6 +16,7 @@ LOSS_CHECK_STEPS = 8
 """Losses compared with the reference, from the first step on."""
 
 
+@lru_cache(maxsize=8192)  # (the search asks it of every row, after every trial)
 def computes_reference(config: TuneConfig) -> bool:
     """Computes what the fp32 eager reference computes (every option at a value its
     `SearchFacts.reference` lists: attention, the optimizer's implementation, checkpointing,

@@ -455,23 +455,24 @@ class Search:
             return 0.0
         return self.times.reference_s(self.refs.fp32_step_s(config.batch_size or self.default_batch))
 
-    def _check_later(self, config: TuneConfig, result: TrialResult) -> TrialResult:
+    def _check_later(self, config: TuneConfig, result: TrialResult) -> None:
         """The best's loss checked after it ran, where it ran without the reference's."""
         left = self.time_left() if self.plan.budget_s else float("inf")
         checked = self.refs.check_later(config, result, left, self.times.reference_s)
         if checked is None:
-            return result
-        self.supersede(config, result, checked)
-        try:
-            self.strategy.observe_check(config, checked)
-        except Exception:  # learning from a check is a saving, never a failure
-            pass
+            return
+        if self.history.get(config) is result:  # (not judged already, by a probe's trial)
+            self.supersede(config, result, checked)
+            try:
+                self.strategy.observe_check(config, checked)
+            except Exception:  # learning from a check is a saving, never a failure
+                pass
+            self._mark_lost()  # (a loss lost now may judge other rows that ran unchecked)
         top = self.history.best()
         if not checked.loss_ok and top is not None and top.loss_ok is None:
             # The lead passed to a row that ran unchecked while another led: it is checked now
             # (a simulated search recommended float8 that way, after its leader lost the loss).
             self._check_later(top.tune_config, top)
-        return checked
 
     def _mark_lost(self) -> None:
         """Rows that ran without their loss compared, with values that change the numerics

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -378,6 +379,11 @@ def _siblings(key: str, value) -> list[tuple[str, object]]:
 def risky_values(config: TuneConfig) -> list[tuple[str, object]]:
     """The values of a configuration that could make it fail: every option not at its default
     (each fused kernel apart), but the batch and micro-batch sizes and clipping."""
+    return list(_risky_values(config))
+
+
+@lru_cache(maxsize=8192)  # (asked of the same configurations after every trial: per history row)
+def _risky_values(config: TuneConfig) -> tuple[tuple[str, object], ...]:
     found = []
     for key, option in OPTIONS.items():
         if key in ("batch_size", "micro_batch_size", "grad_clip", "devices", "checkpoint_every"):
@@ -386,13 +392,13 @@ def risky_values(config: TuneConfig) -> list[tuple[str, object]]:
             found += [(key, k) for k in config.effective_kernels()]
         elif _plain(config[key]) != _plain(option.default):
             found.append((key, _plain(config[key])))
-    return found
+    return tuple(found)
 
 
 def numerics_values(config: TuneConfig) -> list[tuple[str, object]]:
     """The values of a configuration that change what it computes from the fp32 reference's
     (bf16, float8, bf16 weights, ...): where a lost loss is blamed."""
-    return [v for v in risky_values(config) if _changes_numerics(*v)]
+    return [v for v in _risky_values(config) if _changes_numerics(*v)]
 
 
 def speed_known(r: TrialResult) -> bool:

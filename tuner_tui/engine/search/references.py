@@ -5,12 +5,14 @@ They come from this search (a run that computes them: the baseline), the referen
 full checkpointing, then one sample at a time, where the device would not hold it). At a batch
 other than the run's, the reference runs only for a trial that becomes the best, and that trial's
 losses are checked after it ran (`check_later`), unless the same numerics kept the loss at
-another batch. Torch-free.
+another batch; after every trial, a row that ran unchecked with the values that lost the loss in
+another trial is marked as lost without a run (`lost_unchecked`). Torch-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from strategies.config import TuneConfig
@@ -49,13 +51,25 @@ class References:
         self.fits_device = fits_device
         self.losses: dict[Key, tuple[float, ...]] = {}
         self.unchecked_note = ""
+        self._read: tuple[int, _Trials] | None = None
+        self._entries: dict[Key, Path] = {}
+
+    def _trials(self) -> "_Trials":
+        """What the checks read from the trials, read once per change of the history (they
+        are asked of every candidate and every row after every trial)."""
+        if self._read is None or self._read[0] != self.history.version:
+            self._read = (self.history.version, _Trials(self.history.all()))
+        return self._read[1]
 
     def key(self, config: TuneConfig) -> Key:
         return reference_key(config, self.default_batch)
 
     def entry(self, config: TuneConfig):
         """The reference cache's folder for `config`'s batch and clipping."""
-        return self.cache.entry(self.workload_key, self.environment, *self.key(config))
+        key = self.key(config)
+        if key not in self._entries:  # (asked of every candidate: its hash is computed once)
+            self._entries[key] = self.cache.entry(self.workload_key, self.environment, *key)
+        return self._entries[key]
 
     def known(self, config: TuneConfig) -> bool:
         """Whether a trial of `config` will not wait for a reference run first."""
@@ -117,35 +131,30 @@ class References:
     def fp32_step_s(self, batch: int) -> float | None:
         """An fp32 eager step at `batch`, scaled from the slowest per sample of the runs that
         computed the reference (the baseline, a checkpointed reference)."""
-        per_sample = [r.step_ms / 1e3 / r.batch_size for r in self.history.all()
-                      if r.status in ("ok", "stopped") and r.step_ms and r.batch_size
-                      and computes_reference(r.tune_config)]
-        return max(per_sample) * batch if per_sample else None
+        per_sample = self._trials().fp32_per_sample_s
+        return per_sample * batch if per_sample else None
 
     def checked_elsewhere(self, config: TuneConfig) -> bool:
         """A trial of the same numerics (every option but the batch, micro-batch and
         checkpointing, which leave them alone) kept the reference's loss at another batch, and
-        this one's gradients were checked at its own: the check is not run again."""
-        same = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off",
-                "checkpoint_every": 2}
-        numerics = {**config.to_dict(), **same}
-        return any(r.loss_ok and {**r.config, **same} == numerics for r in self.history.all())
-
-    def lost_elsewhere(self, config: TuneConfig) -> TrialResult | None:
-        """A trial that lost the fp32 reference's loss through values that change the numerics
-        which `config` has too: those of its values that kept the loss in no trial of this
-        search (a search of a held-out model lost it with float8 beside bf16 weights, then
-        recommended float8 without them at another batch, where the reference run had crashed).
-        Where every such value kept the loss elsewhere, their combination or the micro-batches
-        are blamed: it counts against a configuration with all of those values that accumulates
-        micro-batches where the failed trial did."""
-        return _lost_by(config, self._losses())
+        this one's gradients were checked at its own: the check is not run again. Where a trial
+        lost the loss through its micro-batches alone, only a run that split too vouches for
+        one that splits."""
+        trials = self._trials()
+        split = bool(config.micro_batch_size) and trials.split_lost
+        return _numerics_key(config.to_dict()) in (trials.kept_split if split else trials.kept)
 
     def lost_unchecked(self) -> list[tuple[TrialResult, TrialResult]]:
         """(row, the trial that lost the loss for it) for every row that ran without its loss
-        compared and has the values that lost it elsewhere (`lost_elsewhere`), unless the same
-        numerics kept the loss at another batch (`checked_elsewhere`)."""
-        losses = self._losses()
+        compared and has the values that change the numerics which lost the loss in another
+        trial, unless the same numerics kept the loss at another batch (`checked_elsewhere`).
+        The values blamed are those of the trial that lost which kept the loss in no trial of
+        this search (a search of a held-out model lost it with float8 beside bf16 weights, then
+        recommended float8 without them at another batch, where the reference run had crashed).
+        Where every such value kept the loss elsewhere, their combination or the micro-batches
+        are blamed: it counts against a row with all of those values that accumulates
+        micro-batches where the failed trial did."""
+        losses = self._trials().losses
         found = []
         for r in self.history.all():
             if r.status == "ok" and r.loss_ok is None and r.config \
@@ -153,18 +162,6 @@ class References:
                 lost = _lost_by(r.tune_config, losses)
                 if lost is not None and not self.checked_elsewhere(r.tune_config):
                     found.append((r, lost))
-        return found
-
-    def _losses(self) -> list[tuple[TrialResult, frozenset, frozenset, bool]]:
-        """Each trial that lost the loss: (it, the values blamed, all its values that change the
-        numerics, whether it accumulated micro-batches)."""
-        rows = [r for r in self.history.all() if r.config]
-        kept = {v for r in rows if r.loss_ok for v in numerics_values(r.tune_config)}
-        found = []
-        for r in rows:
-            if r.status in LOST_LOSS:
-                theirs = frozenset(numerics_values(r.tune_config))
-                found.append((r, theirs - kept, theirs, bool(r.tune_config.micro_batch_size)))
         return found
 
     def _check_at_run_batch(self, config: TuneConfig, result: TrialResult) -> TrialResult | None:
@@ -199,9 +196,6 @@ class References:
             return None
         if self.history.best() is not result or self.checked_elsewhere(config):
             return None
-        lost = self.lost_elsewhere(config)
-        if lost is not None:
-            return lost_with(result, lost)
         fp32_step = self.fp32_step_s(config.batch_size or self.default_batch)
         if reference_s(fp32_step) > seconds_left:
             self.unchecked_note = (
@@ -222,6 +216,47 @@ class References:
                 f"loss differs from the fp32 reference by {worst:.2%} (tolerance "
                 f"{tolerance:.1%}), checked after the run"))
         return checked
+
+
+class _Trials:
+    """What the checks read from a search's trials."""
+
+    def __init__(self, rows: list[TrialResult]) -> None:
+        rows = [r for r in rows if r.config]
+        kept = [r for r in rows if r.loss_ok]
+        self.kept = {_numerics_key(r.config) for r in kept}
+        """The numerics (`_numerics_key`) that kept the reference's loss in a trial."""
+        self.kept_split = {_numerics_key(r.config) for r in kept
+                           if r.config.get("micro_batch_size")}
+        """The same, of trials that accumulated micro-batches."""
+        kept_values = {v for r in kept for v in numerics_values(r.tune_config)}
+        self.losses = []
+        """Each trial that lost the loss: (it, the values blamed, all its values that change
+        the numerics, whether it accumulated micro-batches)."""
+        for r in rows:
+            if r.status in LOST_LOSS:
+                theirs = frozenset(numerics_values(r.tune_config))
+                self.losses.append((r, theirs - kept_values, theirs,
+                                    bool(r.tune_config.micro_batch_size)))
+        self.split_lost = any(split and not blamed for _, blamed, _, split in self.losses)
+        """A trial lost the loss through its micro-batches alone."""
+        per_sample = [r.step_ms / 1e3 / r.batch_size for r in rows
+                      if r.status in ("ok", "stopped") and r.step_ms and r.batch_size
+                      and computes_reference(r.tune_config)]
+        self.fp32_per_sample_s = max(per_sample) if per_sample else None
+        """The slowest fp32 eager step per sample of the runs that computed the reference."""
+
+
+_SAME_NUMERICS = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off",
+                  "checkpoint_every": 2}
+"""Options that leave what a configuration computes alone (but micro-batches, at times:
+`References.checked_elsewhere`)."""
+
+
+def _numerics_key(config: dict) -> tuple:
+    """A configuration's values with those that leave its numerics alone set aside."""
+    return tuple(sorted((key, tuple(v) if isinstance(v, list) else v)
+                        for key, v in {**config, **_SAME_NUMERICS}.items()))
 
 
 def _lost_by(config: TuneConfig, losses) -> TrialResult | None:
