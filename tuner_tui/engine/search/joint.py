@@ -73,6 +73,7 @@ class _Fit:
         import numpy as np
 
         self.ctx = ctx
+        self._covs: dict[tuple, object] = {}
         self.shapes = [shape(r.tune_config, ctx.default_batch) for r in runs]
         rows = [features(r.tune_config, ctx) for r in runs]
         names: dict[Feature, tuple[float, float]] = {}
@@ -107,6 +108,14 @@ class _Fit:
         return np.where(self.option == option, self.sd * sd
                         + OWN_SD ** 2 * (self.value == value), 0.0)
 
+    def _cov_of(self, option, value, sd):
+        """`_cov` of one effect, computed once per fit (the candidates share most effects)."""
+        key = (option, repr(value), sd)
+        found = self._covs.get(key)
+        if found is None:
+            found = self._covs[key] = self._cov(*key)
+        return found
+
     def predict(self, child: TuneConfig) -> Estimate | None:
         import numpy as np
 
@@ -117,7 +126,7 @@ class _Fit:
         with_runs = np.zeros(len(self.names))
         var = LEVEL_SD ** 2
         for (option, value, _), (_, sd) in target.items():
-            with_runs += self._cov(option, repr(value), sd)
+            with_runs += self._cov_of(option, value, sd)
         for a, (_, sa) in target.items():
             for b, (_, sb) in target.items():
                 if a[0] == b[0]:
