@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from textual.app import App, ComposeResult
 from textual.widgets import Checkbox, Select, Static
 
@@ -22,12 +24,19 @@ class PanelApp(App):
         yield TogglesPanel(TuneConfig.from_dict({"fused_kernels": ["gelu"]}), id="toggles")
 
 
-@async_test
-async def test_options_the_model_does_not_use_are_disabled_with_the_reason():
+@contextlib.asynccontextmanager
+async def panel_on_a_gpu():
+    """(app, pilot, the panel) of a running PanelApp, on a GPU's capabilities."""
     app = PanelApp()
     async with app.run_test(size=(120, 60)) as pilot:
         panel = app.query_one(TogglesPanel)
         panel.capabilities = GPU_CAPS
+        yield app, pilot, panel
+
+
+@async_test
+async def test_options_the_model_does_not_use_are_disabled_with_the_reason():
+    async with panel_on_a_gpu() as (app, pilot, panel):
         panel.inapplicable = CNN
         await pilot.pause()
         why = app.query_one("#why-attention", Static)
@@ -59,10 +68,7 @@ async def test_options_the_model_does_not_use_are_disabled_with_the_reason():
 
 @async_test
 async def test_an_option_that_changes_how_the_model_trains_says_so_and_stays_editable():
-    app = PanelApp()
-    async with app.run_test(size=(120, 60)) as pilot:
-        panel = app.query_one(TogglesPanel)
-        panel.capabilities = GPU_CAPS
+    async with panel_on_a_gpu() as (app, pilot, panel):
         panel.changes_training = {"micro_batch_size": "its 9 BatchNorm layers would normalize "
                                                       "each micro-batch by its own statistics"}
         await pilot.pause()
