@@ -16,12 +16,15 @@ def test_default_ladder_on_cpu_runs_end_to_end_and_writes_json(gputune, tmp_path
     # graph of its own for 37 s and becomes the rung before it, which the ladder then drops as a
     # repeat; the ladder's rungs are checked whole in tests/strategies/test_applicability.py;
     # the optimizer held plain: the fused AdamW rung, a second compiled run, becomes a repeat of
-    # the one before it and is skipped as one; 16 tokens a sample, not 64: bf16 steps on the CPU
-    # are slow, and nothing here depends on the length)
+    # the one before it and is skipped as one; compile held off: its rung compiled for 38 s of
+    # this test's 61 on 2 cores, and a compiled trial through the worker is tested on its own,
+    # test_search.py's test_the_one_compiled_trial_*; 16 tokens a sample, not 64: bf16 steps
+    # on the CPU are slow, and nothing here depends on the length)
     proc = gputune("bench", "--device", "cpu", "--workload", "gpt2-tiny", "--seq-len", "16",
                    "--steps", "2", "--warmup", "1", "--json", str(out),
                    "--export", str(tmp_path / "best.toml"), "--remeasure", "0",
-                   "--set", "checkpointing=off", "--set", "optimizer=plain", timeout=1500)
+                   "--set", "checkpointing=off", "--set", "optimizer=plain",
+                   "--set", "compile_mode=off", timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     env = doc["environment"]
@@ -30,8 +33,7 @@ def test_default_ladder_on_cpu_runs_end_to_end_and_writes_json(gputune, tmp_path
     results = doc["results"]
     labels = [r["label"] for r in results]
     # The baseline first, then one family at a time; rows needing CUDA are skipped, with a note.
-    assert labels[0] == "fp32"
-    assert "bf16 + sdpa + compile(default)" in labels
+    assert labels[:3] == ["fp32", "bf16", "bf16 + sdpa"]
     assert not any("tf32" in lbl or "reduce-overhead" in lbl for lbl in labels)
     assert "skipped tf32" in proc.stdout
     for r in results:
@@ -41,7 +43,7 @@ def test_default_ladder_on_cpu_runs_end_to_end_and_writes_json(gputune, tmp_path
         assert r["status"] == "ok", r
         assert r["tokens_per_s"] > 0 and r["step_ms"] > 0
     assert all(r["loss_ok"] for r in results[1:])
-    assert "x first" in proc.stdout and "compiling" in proc.stdout
+    assert "x first" in proc.stdout
     exported = load(tmp_path / "best.toml")
     assert exported.to_dict() in [r["config"] for r in results]
 
