@@ -462,11 +462,7 @@ class Search:
         if checked is None:
             return
         if self.history.get(config) is result:  # (not judged already, by a probe's trial)
-            self.supersede(config, result, checked)
-            try:
-                self.strategy.observe_check(config, checked)
-            except Exception:  # learning from a check is a saving, never a failure
-                pass
+            self._judged(config, result, checked)
             self._mark_lost()  # (a loss lost now may judge other rows that ran unchecked)
         top = self.history.best()
         if not checked.loss_ok and top is not None and top.loss_ok is None:
@@ -483,12 +479,16 @@ class Search:
         except Exception:  # a judgement that cannot be made leaves the rows as they ran
             return
         for row, lost in found:
-            marked = lost_with(row, lost)
-            self.supersede(row.tune_config, row, marked)
-            try:
-                self.strategy.observe_check(row.tune_config, marked)
-            except Exception:  # learning from a check is a saving, never a failure
-                pass
+            self._judged(row.tune_config, row, lost_with(row, lost))
+
+    def _judged(self, config: TuneConfig, result: TrialResult, judged: TrialResult) -> None:
+        """A row's loss judged after it ran: the row is `judged` from now on, and the strategy
+        learns what the judgement says of its numerics."""
+        self.supersede(config, result, judged)
+        try:
+            self.strategy.observe_check(config, judged)
+        except Exception:  # learning from a check is a saving, never a failure
+            pass
 
     def supersede(self, config: TuneConfig, result: TrialResult, later: TrialResult) -> None:
         """`config`'s row is `later` from now on, where it was `result`."""

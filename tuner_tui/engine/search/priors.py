@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from strategies.config import TuneConfig
