@@ -9,7 +9,7 @@ import math
 
 from strategies.config import TuneConfig
 from tuner_tui.engine.search.history import History, config_key
-from tuner_tui.engine.search.memory import MemoryEstimate, estimate
+from tuner_tui.engine.search.memory import Measured, MemoryEstimate
 
 CERTAIN_SD = 0.07
 UNCERTAIN_SD = 0.20
@@ -32,16 +32,20 @@ class Footprint:
         self.device_bytes = device_bytes
         """What the device holds (None: unknown): an out-of-memory trial needed more."""
         self._cache: dict[str, MemoryEstimate | None] = {}
+        self._measured: Measured | None = None
         self._version = -1
 
     def estimate(self, config: TuneConfig) -> MemoryEstimate | None:
         if self._version != self.history.version:
             self._cache.clear()
+            self._measured = None
             self._version = self.history.version
         key = config_key(config)
         if key not in self._cache:
             try:
-                self._cache[key] = estimate(config, self.history.all(), self.default_batch)
+                if self._measured is None:
+                    self._measured = Measured(self.history.all(), self.default_batch)
+                self._cache[key] = self._measured.estimate(config)
             except Exception:  # an estimate that cannot be made says nothing, never stops a search
                 self._cache[key] = None
         return self._cache[key]

@@ -167,71 +167,115 @@ def estimate(
     working copies, after them (`optimizer_copy_bytes`: the rest is the larger of the two
     moments). Without the shapes the whole rest is per-sample, which over-estimates larger
     micro-batches (the safe side). A trial measured without its parts counts its whole peak as
-    per-sample. None when nothing was measured."""
-    known = [(r.tune_config, r) for r in measured if measured_peak(r)]
-    if not known:
-        return None
-    n_params = parameter_count(r for _, r in known)
-    trainable = trainable_count(r for _, r in known)
-    if shape is None:
-        shape = next((s for s in (ModelShape.from_dict(r.model_shape) for _, r in known) if s),
-                     None)
-    if n_params is None:
-        shape = None  # the step's part needs the parameter count
+    per-sample. None when nothing was measured.
 
-    def micro(c: TuneConfig) -> int:
-        return micro_batch(c, default_batch)
+    Estimating many configurations from the same trials: `Measured(...).estimate(config)` reads
+    the trials once."""
+    return Measured(measured, default_batch, shape).estimate(config)
 
-    def beside(c: TuneConfig) -> float:
-        return held_beside(c, n_params, default_batch, trainable) if shape is not None else 0.0
 
-    def after(c: TuneConfig) -> float:  # held at the optimizer step, once activations are freed
-        return optimizer_copy_bytes(c, shape) if shape is not None else 0.0
+class Measured:
+    """The trials measured so far, read once for `estimate`: the parameter count, the shapes,
+    what a sample held in each trial and the ratios between pairs (a search estimates thousands
+    of candidates between two trials)."""
 
-    def step_bound(c: TuneConfig, r: TrialResult) -> bool:
+    def __init__(self, measured: Iterable[TrialResult], default_batch: int,
+                 shape: ModelShape | None = None) -> None:
+        self.default_batch = default_batch
+        self.known = [(r.tune_config, r) for r in measured if measured_peak(r)]
+        known = self.known
+        self.n_params = parameter_count(r for _, r in known) if known else None
+        self.trainable = trainable_count(r for _, r in known) if known else None
+        if shape is None:
+            shape = next((s for s in (ModelShape.from_dict(r.model_shape) for _, r in known)
+                          if s), None)
+        self.shape = shape if self.n_params is not None else None  # the step's part needs it
+        self._per_sample: dict[int, float] = {}
+        self._ratios: dict[tuple, float | None] = {}
+        self._step_bound = {id(r): self._is_step_bound(c, r) for c, r in known}
+        self.pairs = [(c, r) for c, r in known if not self._step_bound[id(r)]]
+
+    def micro(self, c: TuneConfig) -> int:
+        return micro_batch(c, self.default_batch)
+
+    def beside(self, c: TuneConfig) -> float:
+        if self.shape is None:
+            return 0.0
+        return held_beside(c, self.n_params, self.default_batch, self.trainable)
+
+    def after(self, c: TuneConfig) -> float:
+        """Held at the optimizer step, once activations are freed."""
+        return optimizer_copy_bytes(c, self.shape) if self.shape is not None else 0.0
+
+    def _is_step_bound(self, c: TuneConfig, r: TrialResult) -> bool:
         """True when the optimizer step may have set this trial's peak: its activations are
         then unknown (only bounded), and a full-checkpointing trial's 4 GiB of step copies
         taken for activations and scaled to no checkpointing had put an estimate 6x over."""
-        return (n_params is not None and after(c) > 0
-                and measured_peak(r) - fixed_bytes(c, n_params, trainable) <= 1.05 * after(c))
+        return (self.n_params is not None and self.after(c) > 0
+                and measured_peak(r) - fixed_bytes(c, self.n_params, self.trainable)
+                <= 1.05 * self.after(c))
 
-    def per_sample(c: TuneConfig, r: TrialResult) -> float:
-        if n_params is None:
-            return measured_peak(r) / micro(c)
-        rest = max(1, measured_peak(r) - fixed_bytes(c, n_params, trainable) - beside(c))
-        if step_bound(c, r):  # activations at most `rest`: the prior's, up to that
-            rest = min(rest, per_sample_bytes(c, shape) * micro(c))
-        return rest / micro(c)
-
-    def distance(item):
-        c, _ = item
-        others = len(_differing(c, config))
-        if n_params is None:  # parameters and state are in the measured peak, not computed
-            others += sum(c[k] != config[k] for k in OPTIONS
-                          if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))
-        # Among as near: the same compile mode (CUDA graphs keep their own memory pool,
-        # which no per-sample ratio carries), then the closest micro-batch.
-        return (others, c.compile_mode != config.compile_mode,
-                abs(math.log(micro(c) / micro(config))))
-
-    near_config, near = min(known, key=distance)
-    ratio, certain = 1.0, not step_bound(near_config, near)
-    step = near_config
-    pairs = [(c, r) for c, r in known if not step_bound(c, r)]
-    for key, moved in _walk(near_config, config):
-        found = option_ratio(key, _activation_values(config, key),
-                             _activation_values(near_config, key), pairs, per_sample)
+    def per_sample(self, c: TuneConfig, r: TrialResult) -> float:
+        """What a sample held in the trial `r` of `c`."""
+        found = self._per_sample.get(id(r))
         if found is None:
-            certain = False
-            if shape is not None:
-                found = per_sample_bytes(moved, shape) / max(1.0, per_sample_bytes(step, shape))
-        ratio *= found if found is not None else 1.0
-        step = moved
-    rest = max(per_sample(near_config, near) * ratio * micro(config) + beside(config),
-               after(config))
-    statics = static_parts(config, n_params, trainable) if n_params is not None else (0, 0, 0)
-    extra = data_parallel_bytes(config, n_params, trainable) if n_params is not None else 0
-    return MemoryEstimate(*statics, int(rest), extra, near.label, certain)
+            found = self._per_sample[id(r)] = self._read_per_sample(c, r)
+        return found
+
+    def _read_per_sample(self, c: TuneConfig, r: TrialResult) -> float:
+        if self.n_params is None:
+            return measured_peak(r) / self.micro(c)
+        rest = max(1, measured_peak(r) - fixed_bytes(c, self.n_params, self.trainable)
+                   - self.beside(c))
+        if self._step_bound[id(r)]:  # activations at most `rest`: the prior's, up to that
+            rest = min(rest, per_sample_bytes(c, self.shape) * self.micro(c))
+        return rest / self.micro(c)
+
+    def ratio(self, key: str, to_value, from_value) -> float | None:
+        """`option_ratio` over the trials the optimizer step did not bound, once per question."""
+        question = (key, to_value, from_value)
+        if question not in self._ratios:
+            self._ratios[question] = option_ratio(key, to_value, from_value, self.pairs,
+                                                  self.per_sample)
+        return self._ratios[question]
+
+    def estimate(self, config: TuneConfig) -> MemoryEstimate | None:
+        """`estimate(config, ...)` from these trials."""
+        if not self.known:
+            return None
+        n_params, shape, micro = self.n_params, self.shape, self.micro
+        target_micro = micro(config)
+
+        def distance(item):
+            c, _ = item
+            others = len(_differing(c, config))
+            if n_params is None:  # parameters and state are in the measured peak, not computed
+                others += sum(c[k] != config[k] for k in OPTIONS
+                              if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))
+            # Among as near: the same compile mode (CUDA graphs keep their own memory pool,
+            # which no per-sample ratio carries), then the closest micro-batch.
+            return (others, c.compile_mode != config.compile_mode,
+                    abs(math.log(micro(c) / target_micro)))
+
+        near_config, near = min(self.known, key=distance)
+        ratio, certain = 1.0, not self._step_bound[id(near)]
+        step = near_config
+        for key, moved in _walk(near_config, config):
+            found = self.ratio(key, _activation_values(config, key),
+                               _activation_values(near_config, key))
+            if found is None:
+                certain = False
+                if shape is not None:
+                    found = (per_sample_bytes(moved, shape)
+                             / max(1.0, per_sample_bytes(step, shape)))
+            ratio *= found if found is not None else 1.0
+            step = moved
+        rest = max(self.per_sample(near_config, near) * ratio * target_micro
+                   + self.beside(config), self.after(config))
+        statics = ((0, 0, 0) if n_params is None
+                   else static_parts(config, n_params, self.trainable))
+        extra = 0 if n_params is None else data_parallel_bytes(config, n_params, self.trainable)
+        return MemoryEstimate(*statics, int(rest), extra, near.label, certain)
 
 
 def held_beside(c: TuneConfig, n_params: int, default_batch: int,
