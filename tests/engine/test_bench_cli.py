@@ -144,3 +144,20 @@ def test_bench_re_measures_the_two_leaders_interleaved_before_naming_the_best():
     assert all(c.repeats[0].grad_ok is True for c in verdict.candidates)  # gated again
     assert top is verdict.winner and top in rows
     assert "re-measuring the leaders" in out.getvalue()
+
+
+def test_a_reference_that_runs_out_of_memory_part_way_checks_no_loss(gputune, tmp_path):
+    """The fp32 reference runs out of memory after one loss, however it is checkpointed or
+    split: bench tries each as tune does, and the row is left unchecked, not checked against
+    that one loss."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[config]\nprecision = 'bf16'\n")
+    out = tmp_path / "b.json"
+    proc = gputune("bench", "--device", "cpu", "--workload",
+                   "tests.engine.user_workloads:oom_after_one_fp32_step", "--config", str(cfg),
+                   "--steps", "3", "--warmup", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["status"] == "ok" and row["loss_ok"] is None, row
+    for how in ("", ", full checkpointing", ", full checkpointing, one sample at a time"):
+        assert f"fp32 reference losses (batch 8{how}): oom" in proc.stdout, proc.stdout

@@ -161,3 +161,25 @@ def builds_nothing():
 def no_first_batch():
     return Workload(name="tiny-mlp", build_model=TinyMLP, batch=lambda step, size, device: None,
                     items_per_sample=1, default_batch_size=32)
+
+
+class OutOfMemoryAfterOneStepInFp32(TinyMLP):
+    """Runs out of memory from its second forward on where nothing autocasts (the fp32
+    reference, however it is checkpointed or split): a reference that fails part way, after one
+    loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.forwards = 0
+
+    def forward(self, x, y):
+        self.forwards += 1
+        if self.forwards > 1 and not torch.is_autocast_enabled(x.device.type):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. "
+                                         "(raised by the test workload)")
+        return super().forward(x, y)
+
+
+def oom_after_one_fp32_step():
+    return Workload(name="oom-after-one-fp32-step", build_model=OutOfMemoryAfterOneStepInFp32,
+                    batch=_batch, items_per_sample=1, default_batch_size=8)

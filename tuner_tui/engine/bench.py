@@ -147,6 +147,30 @@ def caps_allow(config: TuneConfig, caps: Capabilities) -> bool:
         return False
 
 
+def _reference_losses(client, next_worker: NextWorker, config: TuneConfig, batch: int,
+                      index: int, total: int, progress: Progress):
+    """The fp32 reference's losses for `config`'s batch and clipping, and the worker to go on
+    with: plain, then checkpointed, then one sample at a time where the one before ran out of
+    memory, as tune tries them. () where none ran to the end: the losses of a run that failed
+    part way are not a reference (a 1.5B Llama's fp32 run, out of memory on an H100 after its
+    first steps, had every row of its bench marked "ok" against those alone)."""
+    hows = ("", ", full checkpointing", ", full checkpointing, one sample at a time")
+    for reference, how in zip(reference_configs(config), hows):
+        progress.begin(index, total, f"fp32 reference losses (batch {batch}{how})")
+        next_worker.begin(client)
+        ref = run_one(client, reference,
+                      TrialPlan(steps=1, warmup_steps=LOSS_CHECK_STEPS - 1), (), progress)
+        ran = ref.status == "ok" and bool(ref.losses)
+        progress.end(f"{len(ref.losses)} losses" if ran else ref.status)
+        client.stop()
+        client, _ = next_worker.take()
+        if ran:
+            return tuple(ref.losses), client
+        if ref.status != "oom":
+            break
+    return (), client
+
+
 def run_bench(
     plan: BenchPlan,
     out: TextIO = sys.stdout,
@@ -211,16 +235,8 @@ def run_bench(
             measured_here.add(config_key)
             stored = None if repeat else _stored(store, plan, config, ready)
             if stored is None and key not in references and not computes_reference(config):
-                progress.begin(index, total, f"fp32 reference losses (batch {key[0]})")
-                next_worker.begin(client)
-                ref = run_one(
-                    client, reference_configs(config)[0],
-                    TrialPlan(steps=1, warmup_steps=LOSS_CHECK_STEPS - 1), (), progress,
-                )
-                references[key] = tuple(ref.losses)
-                progress.end(f"{len(ref.losses)} losses" if ref.status == "ok" else ref.status)
-                client.stop()
-                client, _ = next_worker.take()
+                references[key], client = _reference_losses(
+                    client, next_worker, config, key[0], index, total, progress)
             progress.begin(index, total, config.label(skip=inapplicable))
             item_name = workload.get("item_name", "tokens")
             if stored is not None:
