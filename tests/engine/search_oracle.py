@@ -267,7 +267,11 @@ class Oracle:
         activations = micro * self.seq * (layers + head)
         autocast = 2 * self.params if (c.weights == "fp32" and c.precision in ("bf16", "fp16")
                                        and c.checkpointing == "off") else 0
-        grads_at_once = w * self.params if micro < batch and c.compile_mode != "off" else 0
+        # A whole-model graph returns every gradient at once beside those it adds them to; per
+        # block, each block's are added as its backward ends (memory.held_beside: on an H100 the
+        # HF Llama per block at micro-batch 2 held what its estimate without them says).
+        grads_at_once = w * self.params if (micro < batch and c.compile_mode != "off"
+                                            and c.compile_scope == "model") else 0
         # What counts against a budget: the allocator's reserved peak.
         return (static + activations + autocast + grads_at_once + 2**30) * self.memory_error * 1.05
 
@@ -298,8 +302,8 @@ class Oracle:
 
     def best_config(self, space) -> tuple[float, "Cfg | None"]:
         """The best true tokens/s over the search's space, exactly, by enumerating every
-        combination of the options' values at once (numpy): the AdamW implementation and the
-        compile scope, which change only speed, at their best; the largest batch the space
+        combination of the options' values at once (numpy): the AdamW implementation, which
+        changes only speed, at its best; the largest batch the space
         reaches (MAX_DOUBLINGS doublings of the default: accumulation only adds speed); and the
         two largest micro-batches that fit (a larger one is faster but for the host's share
         that CUDA graphs save)."""
@@ -314,17 +318,13 @@ class Oracle:
         for key in ("precision", "weights", "attention", "checkpointing", "compile_mode",
                     "optimizer_state"):
             total += self._vector_effect(key, idx[key], compiled)
-        for key in ("optimizer", "compile_scope"):
-            values = space.values(key)
-            best = np.where(compiled, max(self.effect(key, x, True) for x in values),
-                            max(self.effect(key, x, False) for x in values))
-            if key == "optimizer":
-                steps_torch = (v["weights"] == "fp32") & np.isin(v["optimizer_state"],
-                                                                 ["fp32", "offload"])
-                best = np.where(steps_torch, best, 0.0)
-            else:
-                best = np.where(compiled, best, 0.0)
-            total += best
+        values = space.values("optimizer")
+        best = np.where(compiled, max(self.effect("optimizer", x, True) for x in values),
+                        max(self.effect("optimizer", x, False) for x in values))
+        steps_torch = (v["weights"] == "fp32") & np.isin(v["optimizer_state"], ["fp32", "offload"])
+        total += np.where(steps_torch, best, 0.0)
+        total += np.where(compiled, self._vector_effect("compile_scope", idx["compile_scope"],
+                                                        compiled), 0.0)
         fp8 = v["fp8"] != "off"
         total += np.where(fp8, self._vector_effect("fp8", idx["fp8"], compiled)
                           + self.fp8_width * math.log2(self.hidden / 2048), 0.0)
@@ -415,22 +415,21 @@ class Oracle:
         per_sample = self.seq * (layers + head)
         autocast = np.where((v["weights"] == "fp32") & np.isin(v["precision"], ["bf16", "fp16"])
                             & (ck == "off"), 2 * self.params, 0)
-        at_once = np.where(compiled, w * self.params, 0)
+        at_once = np.where(compiled & (v["compile_scope"] == "model"), w * self.params, 0)
         return static + autocast + 2**30, per_sample, at_once
 
     def _best_speed_only(self, c: "Cfg", space) -> None:
-        """The AdamW implementation and compile scope at their fastest for `c`."""
+        """The AdamW implementation at its fastest for `c`."""
         compiled = c.compile_mode != "off"
-        for key in ("optimizer", "compile_scope"):
-            values = space.values(key)
-            c.values[key] = max(values, key=lambda v: self.effect(key, v, compiled))
+        values = space.values("optimizer")
+        c.values["optimizer"] = max(values, key=lambda v: self.effect("optimizer", v, compiled))
 
 
 def _grid(space):
     """Every combination of the oracle's options in the space (numpy index arrays), the AdamW
-    implementation and the compile scope apart; None where the space holds an option's value
+    implementation apart; None where the space holds an option's value
     the oracle does not know."""
-    keys = [k for k in AXES if k not in ("optimizer", "compile_scope")]
+    keys = [k for k in AXES if k != "optimizer"]
     choices = dict(space.choices)
     fixed = dict(space.fixed)
     lists = []
