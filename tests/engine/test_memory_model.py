@@ -438,6 +438,36 @@ def test_a_configuration_about_as_large_as_one_that_ran_out_of_memory_is_not_tri
     assert footprint.chance_to_fit(small.replace(optimizer="foreach")) > 0.99
 
 
+def test_a_configuration_that_holds_what_a_measured_one_held_is_judged_by_that_peak():
+    """Seen in simulation: with every option that sets the peak the same as a trial measured 8%
+    over the budget (only the micro-batches accumulated differ), a certain estimate's 7% doubt
+    left a 14% chance to fit, and one search ran a dozen such trials, each over the budget. A
+    peak repeats to the MiB (8-bit and bf16 state interleaved on three models, H100): such an
+    estimate is that peak, doubted by 1%."""
+    from tuner_tui.engine.search.anytime import NOT_FITTING
+    from tuner_tui.engine.search.fit import Footprint
+
+    space = default_space(CPU, 8, choices={"batch_size": ("x1", "x2", "x4"),
+                                           "optimizer": ("plain", "foreach"),
+                                           "checkpointing": ("off", "full")})
+    small = TuneConfig.from_dict({"batch_size": 8, "micro_batch_size": 4})
+    peak = sum(static_parts(small, N)) + 80 * MiB  # 20 MiB a sample
+    history = History(space, budget_bytes=int(peak / 1.04))
+    history.add(small, _row(small, peak))
+    footprint = Footprint(history, default_batch=8, budget_bytes=int(peak / 1.04))
+    for alike in (small.replace(batch_size=16), small.replace(batch_size=32)):
+        found = footprint.estimate(alike)
+        assert found.alike and found.total == peak
+        assert footprint.chance_to_fit(alike) < NOT_FITTING
+    # Scaled from it (fewer samples at once; another AdamW, whose step holds its own
+    # temporaries): the usual doubt.
+    fewer = small.replace(micro_batch_size=2)
+    assert not footprint.estimate(fewer).alike and footprint.chance_to_fit(fewer) > 0.95
+    assert not footprint.estimate(small.replace(optimizer="foreach")).alike
+    lean = small.replace(optimizer_state="bf16")  # 4 bytes a parameter less, computed
+    assert not footprint.estimate(lean).alike
+
+
 def test_an_out_of_memory_trial_estimated_under_the_device_says_nothing_of_what_the_device_holds():
     """Seen in simulation: a baseline that ran out of memory was estimated at half the device
     (what it left out of its estimate took the rest); every configuration of about that

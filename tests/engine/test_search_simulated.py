@@ -596,11 +596,11 @@ def test_a_search_that_ends_before_its_budget_says_why(tmp_path):
 
 def test_a_hung_trial_is_stopped_soon_after_the_budgets_end(tmp_path):
     """A trial planned to end within the budget that hangs (these two oracles hang a compiled
-    move started at two and three minutes) is stopped OVERRUN_SHARE of the budget past its end,
+    move started at three and four minutes) is stopped OVERRUN_SHARE of the budget past its end,
     not its own expected time past it (59 s and 60 s late before), and the search still answers
     with what ran. Its row says the search stopped it ("timeout"), not that it crashed; a trial
     that hangs earlier, stopped at its own timeout, is a crash."""
-    for seed in (89, 997):
+    for seed in (145, 997):
         o = Oracle(seed)
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         hung = [r for r in outcome.results if r.status == "timeout"]

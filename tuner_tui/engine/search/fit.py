@@ -1,7 +1,7 @@
 """The chance that a configuration fits the memory budget, from the memory model's estimate
-(`memory.estimate`) and how far such estimates are known to miss: within about 7% where every
-option's effect was measured here (`certain`), about 20% where a prior from the model's shapes
-stands in. Torch-free."""
+(`memory.estimate`) and how far such estimates are known to miss: about 1% where the estimate is
+a measured trial's own peak (`alike`), within about 7% where every option's effect was measured
+here (`certain`), about 20% where a prior from the model's shapes stands in. Torch-free."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from tuner_tui.engine.search.memory import Measured, MemoryEstimate
 
 CERTAIN_SD = 0.07
 UNCERTAIN_SD = 0.20
+ALIKE_SD = 0.01
+"""Where the estimate is a measured trial's own peak (`MemoryEstimate.alike`): the same
+configuration's peak repeats to the MiB on the GPU (8-bit and bf16 state, interleaved twice on
+three models); 2% is left for what the estimate does not see (another AdamW's temporaries)."""
 # How sharply the chance to fit falls as an estimate nears one that ran out of memory.
 OOM_RATIO_SD = 0.03
 
@@ -59,7 +63,8 @@ class Footprint:
         found = self.estimate(config)
         if found is None or found.total <= 0:
             return 0.5 * after_ooms
-        sd = (CERTAIN_SD if found.certain else UNCERTAIN_SD) * found.total
+        sd = (ALIKE_SD if found.alike else CERTAIN_SD if found.certain
+              else UNCERTAIN_SD) * found.total
         return normal_cdf((self.budget_bytes - found.total) / sd) * after_ooms
 
     def _after_ooms(self, config: TuneConfig) -> float:

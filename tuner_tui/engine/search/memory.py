@@ -11,7 +11,7 @@ import functools
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator
 
 from strategies.config import TuneConfig
@@ -31,6 +31,9 @@ STATE_BYTES = OPTIONS["optimizer_state"].search.bytes_per_parameter
 COMPUTE_BYTES = {"bf16": 2, "fp16": 2}
 """Bytes per parameter FSDP2 gathers in, by precision (its mixed precision policy); fp32 and tf32
 gather fp32, bf16 weights gather bf16 (`strategies.data_parallel.mixed_precision_policy`)."""
+
+ALIKE_BYTES_SHARE = 0.001
+"""An estimate within this share of the measured peak it scaled nothing from is that peak."""
 
 SKIP_MARGIN = 1.15
 """An estimate skips a trial only when it is this far over the budget: near it, the trial runs
@@ -52,6 +55,10 @@ class MemoryEstimate:
     certain: bool = True
     """False where the activations rest on an unmeasured checkpointing saving (a prior): such an
     estimate never skips a trial."""
+    alike: bool = False
+    """The measured trial it rests on holds what this configuration would: no option that the
+    estimate scales or computes differs (more or fewer micro-batches of the same size
+    accumulated), so the estimate is that trial's measured peak."""
 
     @property
     def total(self) -> int:
@@ -62,7 +69,7 @@ class MemoryEstimate:
         return {"parameters": self.parameters, "gradients": self.gradients,
                 "optimizer_state": self.optimizer_state, "activations": self.activations,
                 "data_parallel": self.data_parallel, "total": self.total, "basis": self.basis,
-                "certain": self.certain}
+                "certain": self.certain, "alike": self.alike}
 
 
 def parameter_count(measured: Iterable[TrialResult]) -> int | None:
@@ -260,6 +267,7 @@ class Measured:
         near_config, near = min(self.known, key=distance)
         ratio, certain = 1.0, not self._step_bound[id(near)]
         step = near_config
+        unscaled = distance((near_config, near)) == (0, False, 0.0)
         for key, moved in _walk(near_config, config):
             found = self.ratio(key, _activation_values(config, key),
                                _activation_values(near_config, key))
@@ -275,7 +283,11 @@ class Measured:
         statics = ((0, 0, 0) if n_params is None
                    else static_parts(config, n_params, self.trainable))
         extra = 0 if n_params is None else data_parallel_bytes(config, n_params, self.trainable)
-        return MemoryEstimate(*statics, int(rest), extra, near.label, certain)
+        found = MemoryEstimate(*statics, int(rest), extra, near.label, certain)
+        peak = measured_peak(near)
+        if certain and unscaled and abs(found.total - peak) <= ALIKE_BYTES_SHARE * peak:
+            found = replace(found, alike=True)
+        return found
 
 
 def held_beside(c: TuneConfig, n_params: int, default_batch: int,
