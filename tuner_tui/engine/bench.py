@@ -154,8 +154,10 @@ def _reference_losses(client, next_worker: NextWorker, config: TuneConfig, batch
     memory, as tune tries them. () where none ran to the end: the losses of a run that failed
     part way are not a reference (a 1.5B Llama's fp32 run, out of memory on an H100 after its
     first steps, had every row of its bench marked "ok" against those alone)."""
-    hows = ("", ", full checkpointing", ", full checkpointing, one sample at a time")
-    for reference, how in zip(reference_configs(config), hows):
+    for reference in reference_configs(config):
+        how = "".join(part for part, used in (
+            (", full checkpointing", reference.checkpointing == "full"),
+            (", one sample at a time", reference.micro_batch_size == 1)) if used)
         progress.begin(index, total, f"fp32 reference losses (batch {batch}{how})")
         next_worker.begin(client)
         ref = run_one(client, reference,

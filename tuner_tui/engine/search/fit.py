@@ -16,7 +16,7 @@ UNCERTAIN_SD = 0.20
 ALIKE_SD = 0.01
 """Where the estimate is a measured trial's own peak (`MemoryEstimate.alike`): the same
 configuration's peak repeats to the MiB on the GPU (8-bit and bf16 state, interleaved twice on
-three models); 2% is left for what the estimate does not see (another AdamW's temporaries)."""
+three models); 1% is left for what the estimate does not see."""
 # How sharply the chance to fit falls as an estimate nears one that ran out of memory.
 OOM_RATIO_SD = 0.03
 

@@ -283,11 +283,11 @@ class Measured:
         statics = ((0, 0, 0) if n_params is None
                    else static_parts(config, n_params, self.trainable))
         extra = 0 if n_params is None else data_parallel_bytes(config, n_params, self.trainable)
-        found = MemoryEstimate(*statics, int(rest), extra, near.label, certain)
+        estimated = MemoryEstimate(*statics, int(rest), extra, near.label, certain)
         peak = measured_peak(near)
-        if certain and unscaled and abs(found.total - peak) <= ALIKE_BYTES_SHARE * peak:
-            found = replace(found, alike=True)
-        return found
+        if certain and unscaled and abs(estimated.total - peak) <= ALIKE_BYTES_SHARE * peak:
+            estimated = replace(estimated, alike=True)
+        return estimated
 
 
 def held_beside(c: TuneConfig, n_params: int, default_batch: int,
