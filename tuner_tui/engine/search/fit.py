@@ -35,24 +35,21 @@ class Footprint:
         self.budget_bytes = budget_bytes
         self.device_bytes = device_bytes
         """What the device holds (None: unknown): an out-of-memory trial needed more."""
-        self._cache: dict[str, MemoryEstimate | None] = {}
-        self._measured: Measured | None = None
-        self._version = -1
 
     def estimate(self, config: TuneConfig) -> MemoryEstimate | None:
-        if self._version != self.history.version:
-            self._cache.clear()
-            self._measured = None
-            self._version = self.history.version
+        # (the trials read once, and each configuration estimated once, per history version)
+        cache: dict[str, MemoryEstimate | None] = self.history.derived(
+            ("memory estimates", self.default_batch), dict)
         key = config_key(config)
-        if key not in self._cache:
+        if key not in cache:
             try:
-                if self._measured is None:
-                    self._measured = Measured(self.history.all(), self.default_batch)
-                self._cache[key] = self._measured.estimate(config)
+                measured = self.history.derived(
+                    ("memory trials", self.default_batch),
+                    lambda: Measured(self.history.all(), self.default_batch))
+                cache[key] = measured.estimate(config)
             except Exception:  # an estimate that cannot be made says nothing, never stops a search
-                self._cache[key] = None
-        return self._cache[key]
+                cache[key] = None
+        return cache[key]
 
     def chance_to_fit(self, config: TuneConfig) -> float:
         """1 without a budget; 0.5 where nothing is known yet; less where a configuration

@@ -4,6 +4,7 @@ be recommended. Torch-free."""
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable, Hashable
 
 from strategies.config import TuneConfig
 from tuner_tui.engine.protocol import TrialResult
@@ -25,7 +26,7 @@ class History:
         self.space = space
         self.budget_bytes = budget_bytes
         self.results: dict[str, TrialResult] = {}
-        self._eligible: tuple[int, list[TrialResult]] | None = None
+        self._derived: dict[Hashable, tuple[int, Any]] = {}
 
     def __contains__(self, config: TuneConfig) -> bool:
         return config_key(config) in self.results
@@ -43,22 +44,27 @@ class History:
     version = 0
     """Counts the changes, so that what is derived from the trials is computed once each."""
 
+    def derived(self, name: Hashable, build: Callable[[], Any]) -> Any:
+        """`build()`, made once per version of the history: what the search reads from the
+        trials after each one (the eligible rows, the checks' losses, the memory model's
+        trials), asked of every candidate in between."""
+        found = self._derived.get(name)
+        if found is None or found[0] != self.version:
+            found = self._derived[name] = (self.version, build())
+        return found[1]
+
     def all(self) -> list[TrialResult]:
         return list(self.results.values())
 
     def eligible(self) -> list[TrialResult]:
         """Trials that may be recommended: ran, kept the loss, lie in the space, and stayed
         within the memory budget (a stored trial may come from a search with a larger one)."""
-        if self._eligible is not None and self._eligible[0] == self.version:
-            return list(self._eligible[1])
-        found = [
+        return list(self.derived("eligible", lambda: [
             r for r in self.results.values()
             if r.status == "ok" and r.tokens_per_s and r.loss_ok is not False
             and self.space.contains(r.tune_config)
             and (self.budget_bytes is None or (measured_peak(r) or 0) <= self.budget_bytes)
-        ]
-        self._eligible = (self.version, found)
-        return list(found)
+        ]))
 
     def best(self) -> TrialResult | None:
         return best(self.eligible())

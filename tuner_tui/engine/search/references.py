@@ -51,15 +51,12 @@ class References:
         self.fits_device = fits_device
         self.losses: dict[Key, tuple[float, ...]] = {}
         self.unchecked_note = ""
-        self._read: tuple[int, _Trials] | None = None
         self._entries: dict[Key, Path] = {}
 
     def _trials(self) -> "_Trials":
         """What the checks read from the trials, read once per change of the history (they
         are asked of every candidate and every row after every trial)."""
-        if self._read is None or self._read[0] != self.history.version:
-            self._read = (self.history.version, _Trials(self.history.all()))
-        return self._read[1]
+        return self.history.derived("reference checks", lambda: _Trials(self.history.all()))
 
     def key(self, config: TuneConfig) -> Key:
         return reference_key(config, self.default_batch)
