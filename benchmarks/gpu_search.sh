@@ -15,6 +15,7 @@
 #   llama24   the same at --max-memory 24GiB                                          ~8.5 min
 #   vision    torchvision's ResNet-50 (a model the search was never tuned on), default
 #             flags; hand: bf16 + compile + fused AdamW                              ~7 min
+#             VISION_MODEL=torchvision:NAME picks another (e.g. vit_b_16)
 # MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
 # its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
 set -uo pipefail
@@ -79,8 +80,9 @@ case "$section" in
     merge_hand "$section"
     grep -iE "tokens/s|peak" "$OUT/hand-$section.log" | tail -8 ;;
   vision)
-    tune vision torchvision:resnet50
-    gputune bench --workload torchvision:resnet50 --device cuda --fresh --remeasure 0 \
+    vision_model=${VISION_MODEL:-torchvision:resnet50}
+    tune vision "$vision_model"
+    gputune bench --workload "$vision_model" --device cuda --fresh --remeasure 0 \
       --config $c/vision-bf16-compile.toml --config $c/vision-bf16-compile.toml \
       --json "$OUT/hand-vision.json" > "$OUT/hand-vision.log" 2>&1
     tail -6 "$OUT/hand-vision.log" ;;
