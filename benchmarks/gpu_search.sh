@@ -6,6 +6,9 @@
 #   bash benchmarks/gpu_search.sh SECTION [MINUTES]
 #   gpt2      GPT-2 124M, default flags; hand: bf16 + SDPA + compile + fused AdamW at batch 16,
 #             and at batch 64 with CUDA graphs (reduce-overhead)                    ~8 min
+#   gpt2in    GPT-2 124M with the same two hand recipes measured inside tune's own time budget
+#             (`--compare`, before it searches): one call holds a 9-minute search and its
+#             anchor (MINUTES 9 with CALL_LIMIT_S=590)                   MINUTES + ~0.5 min
 #   hf16      a 1.3B Hugging Face Llama (examples.hf_causal_lm:llama), 4 x 2048 tokens,
 #             --max-memory 16GiB; hand: bf16 weights + Liger-Kernel + fused AdamW, at the
 #             whole batch and accumulating micro-batches of 2 and of 1              ~8.5 min
@@ -25,8 +28,8 @@
 # its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
 set -uo pipefail
 section=${1:-}; minutes=${2:-5}
-case "$section" in gpt2|hf|hf16|hf24|llama16|llama24|vision) ;; *)
-  echo "usage: bash benchmarks/gpu_search.sh gpt2|hf|hf16|hf24|llama16|llama24|vision [MINUTES]" >&2; exit 2 ;; esac
+case "$section" in gpt2|gpt2in|hf|hf16|hf24|llama16|llama24|vision) ;; *)
+  echo "usage: bash benchmarks/gpu_search.sh gpt2|gpt2in|hf|hf16|hf24|llama16|llama24|vision [MINUTES]" >&2; exit 2 ;; esac
 . benchmarks/gpu_env.sh
 export GPUTUNE_HOME=/tmp/gputune-home-$section NCCL_NVLS_ENABLE=0
 rm -rf "$GPUTUNE_HOME"
@@ -62,6 +65,8 @@ case "$section" in
       --config $c/gpt2-compile-fused.toml --config $c/gpt2-hand-b64-graphs.toml \
       --json "$OUT/hand-gpt2.json" > "$OUT/hand-gpt2.log" 2>&1
     tail -8 "$OUT/hand-gpt2.log" ;;
+  gpt2in)
+    tune gpt2in gpt2-124m --compare $c/gpt2-compile-fused.toml --compare $c/gpt2-hand-b64-graphs.toml ;;
   hf16|hf24)
     budget=${section#hf}GiB
     tune "$section" examples.hf_causal_lm:llama --set batch_size=4 --max-memory "$budget"
