@@ -23,7 +23,8 @@
 #             by default benchmarks/models/qwen2.5-0.5b-shape (Qwen2.5-0.5B's shape: width
 #             896, 14 query and 2 key-value heads, a vocabulary of 151,936, tied embeddings;
 #             random weights), HF_MODEL=PATH another; default flags; hand: bf16 autocast +
-#             SDPA + compile + fused AdamW, twice                                  ~8 min
+#             compile + fused AdamW, twice, with transformers' own SDPA as a user's script
+#             builds the model                                                     ~8 min
 # MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
 # its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
 set -uo pipefail
