@@ -420,8 +420,7 @@ def test_several_devices_put_ddp_fsdp2_and_their_knobs_in_the_space():
 def test_a_configuration_about_as_large_as_one_that_ran_out_of_memory_is_not_tried():
     """Seen in CI: after batch 16 ran out of memory with foreach AdamW, batch 16 with the plain
     one (estimated the same) still had a 2.3% chance, just over the floor, and was run."""
-    from tuner_tui.engine.search.anytime import NOT_FITTING
-    from tuner_tui.engine.search.fit import Footprint
+    from tuner_tui.engine.search.fit import NOT_FITTING, Footprint
 
     space = default_space(CPU, 8, choices={"batch_size": ("x1", "x2"),
                                            "optimizer": ("plain", "foreach")})
@@ -444,8 +443,7 @@ def test_a_configuration_that_holds_what_a_measured_one_held_is_judged_by_that_p
     left a 14% chance to fit, and one search ran a dozen such trials, each over the budget. A
     peak repeats to the MiB (8-bit and bf16 state interleaved on three models, H100): such an
     estimate is that peak, doubted by 1%."""
-    from tuner_tui.engine.search.anytime import NOT_FITTING
-    from tuner_tui.engine.search.fit import Footprint
+    from tuner_tui.engine.search.fit import NOT_FITTING, Footprint
 
     space = default_space(CPU, 8, choices={"batch_size": ("x1", "x2", "x4"),
                                            "optimizer": ("plain", "foreach"),
@@ -509,3 +507,30 @@ def test_the_expert_grows_the_batch_only_where_checking_its_loss_there_is_cheap(
     strategy.next(history)
     assert strategy.opening.expert.precision == "bf16"
     assert (strategy.opening.expert.batch_size > 8) is grows
+
+
+def test_an_fp32_reference_far_past_the_device_is_not_run_on_an_uncertain_estimate():
+    """Seen on an H100 (a Qwen2.5-0.5B shape, 79.18 GiB): after a fully checkpointed fp32
+    reference at batch 16 (43 GiB), the reference at batch 32 without checkpointing, estimated
+    from it at 232 GiB (uncertain: no pair measured checkpointing's saving), was run and ran out
+    of memory in 5 s before the checkpointed one ran. The trials are that run's, as they ran."""
+    import json
+    from pathlib import Path
+
+    from tuner_tui.engine.search.fit import reference_may_fit
+    from tuner_tui.engine.search.memory_replay import timeline_order
+
+    path = (Path(__file__).resolve().parents[2] / "benchmarks/results/h100-2026-12-06"
+            / "search-hf-qwen-shape-cbfb668/tune-hf.json")
+    data = json.loads(path.read_text())
+    ran = timeline_order([TrialResult.from_dict(r) for r in data["results"]], data["timeline"])
+    before = ran[:[r.label for r in ran].index("fp32 + sdpa + batch 32")]
+    device = data["environment"]["gpu_memory_bytes"]
+    batch = data["workload"]["default_batch_size"]
+    plain = TuneConfig.from_dict({"attention": "sdpa", "batch_size": 32})
+    checkpointed = plain.replace(checkpointing="full")
+    assert not reference_may_fit(plain, before, batch, device)
+    assert reference_may_fit(checkpointed, before, batch, device)  # it ran: 65 GiB
+    # At the run's batch, before anything measured a peak, the plain reference was judged by
+    # the model's shapes (the fp32 baseline had run out of memory): not run there either.
+    assert not reference_may_fit(plain.replace(batch_size=16), ran[:1], batch, device)

@@ -27,7 +27,7 @@ from strategies.config import TuneConfig
 from strategies.registry import OPTIONS, numerics_class
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.expert import memory_moves
-from tuner_tui.engine.search.fit import Footprint, normal_cdf
+from tuner_tui.engine.search.fit import NOT_FITTING, Footprint, normal_cdf
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.moves import SingleMoves, options_moved, show
@@ -38,8 +38,6 @@ from tuner_tui.engine.search.proposal import Parent, Proposal, SearchStrategy, e
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.search.timing import TrialTimes
 
-NOT_FITTING = 0.02
-"""A candidate less likely than this to fit the budget is not run."""
 DONE_GAIN = 0.003
 """Without a time budget, the search ends when no candidate is expected to gain 0.3%; with one
 it goes on while a trial fits in the time left."""

@@ -44,6 +44,7 @@ from tuner_tui.engine.search.anytime import AnytimeSearch
 from tuner_tui.engine.search.deadline import Deadline
 from tuner_tui.engine.search.proposal import Proposal
 from tuner_tui.engine.search.executor import TrialExecutor, WorkerExecutor, error_row
+from tuner_tui.engine.search.fit import reference_may_fit
 from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.leaders import LeaderRemeasure
 from tuner_tui.engine.search.memory import (
@@ -349,17 +350,7 @@ class Search:
         return result, "ran"
 
     def _may_fit(self, config: TuneConfig, device_bytes: int) -> bool:
-        """Whether an fp32 reference may fit the device: not where a certain estimate says it
-        does not, nor, before any trial measured a peak (the baseline ran out of memory), where
-        the model's shapes and the parameters its worker counted already put it past the device
-        (that estimate falls short of a measured peak more often than not: an fp32 1.5B Llama,
-        59.8 GiB estimated, 91.6 GiB measured)."""
-        found = self._estimate(config)
-        if found is not None:
-            return not (found.certain and found.total > device_bytes)
-        counted = next((r for r in self.history.all() if parameter_count([r])), None)
-        prior = prior_estimate(config, counted, self.default_batch) if counted else None
-        return prior is None or prior.total <= device_bytes
+        return reference_may_fit(config, self.history.all(), self.default_batch, device_bytes)
 
     def _estimate(self, config: TuneConfig):
         try:

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import math
 
+from typing import Sequence
+
 from strategies.config import TuneConfig
+from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.history import History, config_key
-from tuner_tui.engine.search.memory import Measured, MemoryEstimate
+from tuner_tui.engine.search.memory import (
+    Measured, MemoryEstimate, estimate, parameter_count, prior_estimate,
+)
 
 CERTAIN_SD = 0.07
 UNCERTAIN_SD = 0.20
@@ -17,12 +22,43 @@ ALIKE_SD = 0.01
 """Where the estimate is a measured trial's own peak (`MemoryEstimate.alike`): the same
 configuration's peak repeats to the MiB on the GPU (8-bit and bf16 state, interleaved twice on
 three models); 1% is left for what the estimate does not see."""
+NOT_FITTING = 0.02
+"""A candidate less likely than this to fit the budget (a reference, the device) is not run."""
 # How sharply the chance to fit falls as an estimate nears one that ran out of memory.
 OOM_RATIO_SD = 0.03
 
 
 def normal_cdf(z: float) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def chance_within(found: MemoryEstimate, limit: int) -> float:
+    """The chance that a configuration estimated at `found` holds at most `limit` bytes, by how
+    far such estimates are known to miss."""
+    sd = (ALIKE_SD if found.alike else CERTAIN_SD if found.certain else UNCERTAIN_SD) * found.total
+    return normal_cdf((limit - found.total) / sd)
+
+
+def reference_may_fit(config: TuneConfig, trials: Sequence[TrialResult], default_batch: int,
+                      device_bytes: int) -> bool:
+    """Whether an fp32 reference may fit the device, given the trials so far: not where a
+    certain estimate puts it past the device, nor an uncertain one with under NOT_FITTING's
+    chance (fp32 at twice the batch of a fully checkpointed reference, estimated at three times
+    an H100's memory from it, ran out of memory in 5 s: a Qwen2.5-0.5B shape), nor, before any
+    trial measured a peak (the baseline ran out of memory), where the model's shapes and the
+    parameters its worker counted already put it past the device (that estimate falls short of
+    a measured peak more often than not: an fp32 1.5B Llama, 59.8 GiB estimated, 91.6 GiB
+    measured)."""
+    try:
+        found = estimate(config, trials, default_batch)
+    except Exception:  # an estimate that cannot be made says nothing
+        found = None
+    if found is not None:
+        return found.total <= device_bytes if found.certain else \
+            chance_within(found, device_bytes) >= NOT_FITTING
+    counted = next((r for r in trials if parameter_count([r])), None)
+    prior = prior_estimate(config, counted, default_batch) if counted else None
+    return prior is None or prior.total <= device_bytes
 
 
 class Footprint:
@@ -60,9 +96,7 @@ class Footprint:
         found = self.estimate(config)
         if found is None or found.total <= 0:
             return 0.5 * after_ooms
-        sd = (ALIKE_SD if found.alike else CERTAIN_SD if found.certain
-              else UNCERTAIN_SD) * found.total
-        return normal_cdf((self.budget_bytes - found.total) / sd) * after_ooms
+        return chance_within(found, self.budget_bytes) * after_ooms
 
     def _after_ooms(self, config: TuneConfig) -> float:
         """A configuration that ran out of memory needed more than the device holds: one whose
