@@ -69,6 +69,11 @@ def test_a_trial_that_fails_in_its_first_step_still_reports_the_parameters():
     n = sum(p.numel() for p in trainer.tuned.model.parameters())
     assert failed.memory_parts["parameters"] == 4 * n
     assert failed.memory_parts["gradients"] == failed.memory_parts["optimizer_state"] == 0
+    # and how many shapes torchao's AdamW would compile its step for (gpt2-tiny: the embeddings
+    # and positions, the norms' vector, the attention's and MLP's weights and biases)
+    shapes = {tuple(p.shape) for p in trainer.tuned.model.parameters()}
+    assert failed.parameter_shapes == len(shapes) >= 5
+    assert P.TrialResult.from_dict(failed.to_dict()).parameter_shapes == failed.parameter_shapes
 
 
 def test_memory_parts_of_bf16_weights_with_8bit_state():

@@ -37,3 +37,9 @@ def model_shape(model, seq_len: int) -> dict:
     if getattr(src, "loss_in_fp32", True) is False:  # memory_prior.ModelShape.loss_in_fp32
         shape["loss_in_fp32"] = False
     return shape
+
+
+def parameter_shapes(model) -> int:
+    """How many distinct (shape, dtype) the trainable parameters take: torchao's AdamW compiles
+    its step once for each (EfficientNet-B0 has about 70, a Llama 6)."""
+    return len({(tuple(p.shape), p.dtype) for p in model.parameters() if p.requires_grad})

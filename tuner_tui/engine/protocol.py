@@ -238,6 +238,9 @@ class TrialResult:
     memory_parts: dict = field(default_factory=dict)
     """Bytes on the training device after the first optimizer step, each storage counted once:
     {"parameters": ..., "gradients": ..., "optimizer_state": ...}; empty if no step ran."""
+    parameter_shapes: int = 0
+    """How many distinct shapes (and dtypes) the trainable parameters take (0: not counted):
+    torchao's AdamW compiles its step once for each."""
     model_shape: dict = field(default_factory=dict)
     """The transformer's shapes the memory model's priors use (`memory_prior.ModelShape`:
     layers, hidden, intermediate, heads, kv_heads, vocab, seq_len); empty where the model does

@@ -23,7 +23,7 @@ import strategies
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import NUMERICS, OPTIONS, numerics_class
 from tuner_tui.engine.memory_parts import memory_parts
-from tuner_tui.engine.model_shape import model_shape
+from tuner_tui.engine.model_shape import model_shape, parameter_shapes
 from tuner_tui.engine.gradients import GradientCheck, compare
 from tuner_tui.engine.mfu import Peak, peak_for
 from tuner_tui.engine.noise import quartiles
@@ -392,6 +392,8 @@ class Trainer:
             memory_parts=self.memory_parts,
             model_shape=(model_shape(self.tuned.model, self.workload.items_per_sample)
                          if getattr(self, "tuned", None) is not None else {}),
+            parameter_shapes=(parameter_shapes(self.tuned.model)
+                              if getattr(self, "tuned", None) is not None else 0),
             message=message,
             **self._gradient_fields(),
         )

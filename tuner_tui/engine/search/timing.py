@@ -50,7 +50,13 @@ TORCHAO_FIRST_S = {"cuda": 26.0, "cpu": 18.0}
 """torchao's AdamW (bf16 weights, bf16 or 8-bit state) compiles its step the first time it
 steps, in the first such trial of a search; later workers read it from the Inductor cache. That
 first trial's first step took 9-43 s on the H200 hosts (median 26 s, 33 searches) against 2-5 s
-later; on 2 CPU cores gpt2-tiny's 18.2 s against 0.1 s for fp32 state (a fresh home)."""
+later; on 2 CPU cores gpt2-tiny's 18.2 s against 0.1 s for fp32 state (a fresh home). At least
+this, for a model of few parameter shapes (the Llamas 6, GPT-2 9) ..."""
+TORCHAO_PER_SHAPE_S = {"cuda": (12.0, 0.8), "cpu": (10.0, 1.0)}
+"""... and for more, (base, seconds per distinct parameter shape): the step compiles once per
+shape. On the GPU hosts ViT-B/16 (13 shapes) took 24 s, ResNet-50 (28) 28-43 s, and
+EfficientNet-B0 (about 70) was still compiling when it was stopped as hung after 68 s (an
+H100, 2026-12-06); on 2 CPU cores 4 shapes 16.9 s, gpt2-tiny's 8 18.2 s, 16 shapes 28.4 s."""
 
 
 def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
@@ -112,10 +118,13 @@ class TrialTimes:
     """Compiles from the cache, as shares of their graph's cold compile."""
     torchao_compiled: bool = False
     """Whether a trial of this search has stepped with torchao's AdamW (its step compiled)."""
+    parameter_shapes: int = 0
+    """The model's distinct parameter shapes, as a worker counted them (0: not yet)."""
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float) -> None:
         """A trial ended after `wall_s` seconds: what its parts took."""
         first = result.compile_s or 0.0
+        self.parameter_shapes = max(self.parameter_shapes, result.parameter_shapes)
         if steps_with_torchao(config) and result.compile_s is not None:
             self.torchao_compiled = True
         stepping = (result.warmup_s or 0.0) + result.measured_steps * (result.step_ms or 0.0) / 1e3
@@ -177,7 +186,9 @@ class TrialTimes:
         """What a trial of `config` would pay once for the whole search: torchao's step compile,
         in the first trial that steps with it."""
         if steps_with_torchao(config) and not self.torchao_compiled:
-            return TORCHAO_FIRST_S.get(self.device, TORCHAO_FIRST_S["cuda"])
+            device = self.device if self.device in TORCHAO_FIRST_S else "cuda"
+            base, per_shape = TORCHAO_PER_SHAPE_S[device]
+            return max(TORCHAO_FIRST_S[device], base + per_shape * self.parameter_shapes)
         return 0.0
 
     def trial_s(self, config: TuneConfig, step_s: float | None, steps: int | None = None,
