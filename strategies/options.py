@@ -81,6 +81,10 @@ class SearchFacts:
     differs from one compiled before only in options outside it (the optimizer, its state,
     clipping; the batch where the micro-batch the graph sees stays) compiles from the Inductor
     cache, in a fraction of the time (`search.timing`)."""
+    costs_only: tuple = ()
+    """Values that never make a step faster than the default: they recompute or move what the
+    default keeps (checkpointing, offloaded state). A move to one of them from the default buys
+    memory, never speed: it is expected to gain nothing over its parent."""
     addresses: tuple[str, ...] = ()
     """The profile's bottlenecks (host, memory, compute, communication) this option can relieve:
     with `--profile`, a candidate changing it is weighed up where the incumbent's profile says so."""

@@ -258,6 +258,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                     prior={"selective": Prior((-0.02, 0.02), eager=(-0.4, 0.25)),
                            "every-n": Prior((-0.08, 0.03)),
                            "full": Prior((-0.17, 0.04))},
+                    costs_only=("selective", "every-n", "full"),
                 ),
             ),
             IntOption(
@@ -432,6 +433,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                            "8bit": Prior((-0.06, 0.03), risk=0.03),
                            "offload": Prior((-0.5, 0.2), risk=0.05)},
                     bytes_per_parameter={"fp32": 8, "bf16": 4, "8bit": 2, "offload": 0},
+                    costs_only=("offload",),
                 ),
             ),
         ),

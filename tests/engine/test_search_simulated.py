@@ -305,7 +305,11 @@ def test_the_time_budget_is_used_and_the_time_line_says_how(tmp_path):
         walls = [e["ended_s"] - e["started_s"] for e in outcome.timeline]
         assert clock.now <= FIVE_MINUTES + max(walls)  # at most the last trial runs over
         unused = FIVE_MINUTES - clock.now
-        assert unused <= max(walls), f"seed {seed}: {unused:.0f} s unused"
+        # At most a trial's time is left unused, or less than any trial that could still gain
+        # would take (seed 709: 33 s left, where only moves that cannot gain fitted).
+        assert unused <= max(walls) or (
+            "would take longer than the time left" in outcome.end_note), \
+            f"seed {seed}: {unused:.0f} s unused"
         first = outcome.timeline[0]
         assert first["why"] == "the fp32 eager baseline" and first["started_s"] >= 0
         # (its eager version first)
@@ -560,10 +564,11 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
     plus GRACE_S, and the first measurements decide."""
 
     cut = 0
-    # (Since a move may use the re-measure's time, few re-measures start to be cut: since
-    # torchao's step compile is simulated, two oracles of 0-999, 188 and 662; before, 532, 692
-    # and 992; before that, three of 100-399; before that, one of the first 200.)
-    for seed in (188, 662):
+    # (Since a move may use the re-measure's time, few re-measures start to be cut: since moves
+    # that only cost speed are not tried from the best, two oracles of 0-999, 692 and 806;
+    # before, 188 and 662; before, 532, 692 and 992; before that, three of 100-399; before
+    # that, one of the first 200.)
+    for seed in (692, 806):
         o = Oracle(seed, fault_rate=0.0, warm_share=(1.0, 1.3))
         outcome, _, clock = simulate(o, tmp_path / str(seed), FIVE_MINUTES)
         repeats = [e for e in outcome.timeline if e["kind"] == "remeasure"]

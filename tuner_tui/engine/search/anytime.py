@@ -34,7 +34,9 @@ from tuner_tui.engine.search.moves import SingleMoves, options_moved, show
 from tuner_tui.engine.search.opening import Opening
 from tuner_tui.engine.search.prediction import Predictor
 from tuner_tui.engine.search.priors import FAILED, Context, Priors
-from tuner_tui.engine.search.proposal import Parent, Proposal, SearchStrategy, expected_improvement
+from tuner_tui.engine.search.proposal import (
+    Parent, Proposal, SearchStrategy, capped_improvement, expected_improvement,
+)
 from tuner_tui.engine.search.space import SearchSpace
 from tuner_tui.engine.search.timing import TrialTimes
 
@@ -257,8 +259,12 @@ class AnytimeSearch(SearchStrategy):
                     continue
                 if check_s:
                     seconds += normal_cdf((guess.mean - best_log) / max(guess.sd, 1e-3)) * check_s
-                gain = (expected_improvement(guess.mean, guess.sd, best_log)
-                        if best_log is not None else math.exp(guess.mean - 20))
+                if best_log is None:
+                    gain = math.exp(guess.mean - 20)
+                elif costs_only(parent.config, child, keys):
+                    gain = capped_improvement(guess.mean, guess.sd, best_log, parent.mean)
+                else:
+                    gain = expected_improvement(guess.mean, guess.sd, best_log)
                 gain *= self.priors.chance_it_works(child)
                 if bottleneck and any(bottleneck in OPTIONS[k].search.addresses for k in keys):
                     gain *= BOTTLENECK_WEIGHT
@@ -301,6 +307,15 @@ class AnytimeSearch(SearchStrategy):
                 self.ended = f"{late} untried moves would take longer than the time left, and " \
                              "no other is expected to gain within the memory budget"
         return best
+
+
+def costs_only(parent: TuneConfig, child: TuneConfig, keys: tuple[str, ...]) -> bool:
+    """Every option the move changes goes from its default to a value that only costs speed
+    (`SearchFacts.costs_only`: recomputation, offloaded state): the child cannot beat its
+    parent, only hold less."""
+    return bool(keys) and all(
+        parent[k] == OPTIONS[k].default and child[k] in OPTIONS[k].search.costs_only
+        for k in keys)
 
 
 def measured_peak_of(history: History, config: TuneConfig) -> int | None:

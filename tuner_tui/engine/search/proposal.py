@@ -73,3 +73,21 @@ def expected_improvement(mean: float, sd: float, best: float) -> float:
         return max(0.0, mean - best)
     z = (mean - best) / sd
     return sd * math.exp(-z * z / 2) / math.sqrt(2 * math.pi) + (mean - best) * normal_cdf(z)
+
+
+def capped_improvement(mean: float, sd: float, best: float, cap: float) -> float:
+    """E[max(0, min(X, cap) - best)] for X normal (mean, sd): where X cannot exceed `cap` (a
+    move that only costs speed cannot beat its parent)."""
+    if cap <= best:
+        return 0.0
+    if math.isinf(cap):
+        return expected_improvement(mean, sd, best)
+    if sd <= 1e-9:
+        return max(0.0, min(mean, cap) - best)
+    a, b = (best - mean) / sd, (cap - mean) / sd
+
+    def density(z: float) -> float:
+        return math.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+
+    return (sd * (density(a) - density(b)) + (mean - best) * (normal_cdf(b) - normal_cdf(a))
+            + (cap - best) * (1 - normal_cdf(b)))
