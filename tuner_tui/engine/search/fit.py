@@ -6,7 +6,6 @@ here (`certain`), about 20% where a prior from the model's shapes stands in. Tor
 from __future__ import annotations
 
 import math
-
 from typing import Sequence
 
 from strategies.config import TuneConfig

@@ -201,10 +201,10 @@ def explain(outcome: SearchOutcome) -> str:
     tied = tied_leaders(eligible) if outcome.remeasured is None else []
     if len(tied) > 1:
         parts = [f"the simplest of {len(tied)} configurations tied at the top, of "
-                 f"{len(eligible)} that ran and kept the loss"]
+                 f"{len(eligible)} that ran and kept the loss where it was checked"]
     else:
         parts = [f"fastest of {len(eligible)} configuration{'s' if len(eligible) != 1 else ''} "
-                 "that ran and kept the loss"]
+                 "that ran and kept the loss where it was checked"]
     if computes_reference(top.tune_config):
         parts[0] += " (it computes the fp32 eager reference itself)"
     elif top.loss_ok:
