@@ -377,6 +377,7 @@ class Trainer:
 
     def result(self, status: str = "ok", message: str = "") -> TrialResult:
         measured = self.measured_records()
+        model = getattr(getattr(self, "tuned", None), "model", None)  # (None: not built)
         base = dict(
             config=self.config.to_dict(),
             label=self.config.label(skip=self.workload.inapplicable()),
@@ -390,10 +391,9 @@ class Trainer:
             first_step_builds=self.first_step_builds(),
             strategy_report=self.report,
             memory_parts=self.memory_parts,
-            model_shape=(model_shape(self.tuned.model, self.workload.items_per_sample)
-                         if getattr(self, "tuned", None) is not None else {}),
-            parameter_shapes=(parameter_shapes(self.tuned.model)
-                              if getattr(self, "tuned", None) is not None else 0),
+            model_shape=(model_shape(model, self.workload.items_per_sample)
+                         if model is not None else {}),
+            parameter_shapes=parameter_shapes(model) if model is not None else 0,
             message=message,
             **self._gradient_fields(),
         )
