@@ -130,3 +130,35 @@ def test_every_unchecked_row_with_the_numerics_that_lost_is_found_not_only_the_b
     found = refs.lost_unchecked()
     assert [(r.tokens_per_s, by.tokens_per_s) for r, by in found] == [(1300.0, 1100.0),
                                                                      (1250.0, 1100.0)]
+
+
+def test_the_reference_ladder_halves_the_micro_batch_down_to_one_sample():
+    from tuner_tui.engine.reference import reference_configs
+
+    def ladder(batch):
+        return [(c.precision, c.checkpointing, c.micro_batch_size)
+                for c in reference_configs(TuneConfig().replace(batch_size=batch))]
+
+    assert ladder(128)[:3] == [("fp32", "off", 0), ("fp32", "full", 0), ("fp32", "full", 64)]
+    assert [m for _, _, m in ladder(128)[2:]] == [64, 32, 16, 8, 4, 2, 1]
+    assert [m for _, _, m in ladder(96)[2:]] == [48, 24, 12, 6, 3, 1]  # each divides the batch
+    assert [m for _, _, m in ladder(0)[2:]] == [1]  # the default batch: not known here
+
+
+def test_a_reference_the_device_holds_only_split_runs_at_the_largest_micro_batch_it_holds(
+        tmp_path):
+    # GPT-2's fp32 reference at batch 128 ran one sample at a time on an H100: 4.7 s a step,
+    # where micro-batches of 64 would have taken about 2.8 s.
+    ran = []
+
+    def run(config, why, kind="reference"):
+        ran.append(config)
+        return dataclasses.replace(row_of(50.0, **config.to_dict()),
+                                   batch_size=config.batch_size, losses=LOSSES)
+
+    refs = references(tmp_path, [], run)
+    refs.fits_device = lambda c: c.checkpointing == "full" and 0 < c.micro_batch_size <= 32
+    grown = TuneConfig.from_dict({**COMMON, "batch_size": 128})
+    assert refs.for_config(grown, now=True) == LOSSES
+    assert [(c.precision, c.checkpointing, c.micro_batch_size) for c in ran] == [
+        ("fp32", "full", 32)]

@@ -150,14 +150,16 @@ def caps_allow(config: TuneConfig, caps: Capabilities) -> bool:
 def _reference_losses(client, next_worker: NextWorker, config: TuneConfig, batch: int,
                       index: int, total: int, progress: Progress):
     """The fp32 reference's losses for `config`'s batch and clipping, and the worker to go on
-    with: plain, then checkpointed, then one sample at a time where the one before ran out of
-    memory, as tune tries them. () where none ran to the end: the losses of a run that failed
+    with: plain, then checkpointed, then in ever smaller micro-batches down to one sample where
+    the one before ran out of memory, as tune tries them. () where none ran to the end: the losses of a run that failed
     part way are not a reference (a 1.5B Llama's fp32 run, out of memory on an H100 after its
     first steps, had every row of its bench marked "ok" against those alone)."""
     for reference in reference_configs(config):
         how = "".join(part for part, used in (
             (", full checkpointing", reference.checkpointing == "full"),
-            (", one sample at a time", reference.micro_batch_size == 1)) if used)
+            (", one sample at a time", reference.micro_batch_size == 1),
+            (f", micro-batches of {reference.micro_batch_size}", reference.micro_batch_size > 1))
+            if used)
         progress.begin(index, total, f"fp32 reference losses (batch {batch}{how})")
         next_worker.begin(client)
         ref = run_one(client, reference,

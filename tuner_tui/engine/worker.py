@@ -280,8 +280,9 @@ class Worker:
     def reference(self, config: TuneConfig) -> tuple[float, ...]:
         """Losses of the fp32 eager configuration over the first steps, for this batch size and
         gradient clipping (both change the losses). Where plain fp32 runs out of memory, the
-        same with full checkpointing (which recomputes but computes the same losses); where
-        that does too, () and the run's loss goes unchecked: a reference that does not fit must
+        same with full checkpointing, then in ever smaller micro-batches (`reference_configs`:
+        each recomputes or accumulates, but computes the same losses); where none fits, ()
+        and the run's loss goes unchecked: a reference that does not fit must
         not stop a configuration that would."""
         from tuner_tui.engine.trial import classify
 
@@ -305,7 +306,7 @@ class Worker:
                 trainer.close()
         self.emit(protocol.WorkerLog(
             "warning", f"the fp32 reference at batch {batch_size} does not fit in memory, even "
-            "with full checkpointing: the loss of this run goes unchecked"))
+            "with full checkpointing one sample at a time: the loss of this run goes unchecked"))
         return ()
 
     def reference_gradients(self, config: TuneConfig, cache_dir: str | None = None) -> dict | None:
