@@ -211,6 +211,10 @@ def test_first_measurements_within_their_spread_are_a_tie_that_tune_gives_the_si
     unchecked = dataclasses.replace(plain, loss_ok=None)
     top, _, reason = decided([compiled, unchecked, fp32])
     assert top is compiled and reason.startswith("fastest of 3 configurations")
+    # ... but its lead lies within the two's spread, and the report does not call it faster.
+    assert ("3.1% ahead of the runner-up (bf16), within their spread (±4.2%): not faster than "
+            "the noise allows to say") in reason
+    assert "faster than the runner-up" not in reason
     # Outside the spread the fastest wins, and the report gives its lead.
     steady = row("bf16 + compile", 1000.0, 0.005, compiled.config, peak=2 << 30)
     top, _, reason = decided([steady, dataclasses.replace(plain, step_ms_q1=plain.step_ms * 0.995,
