@@ -52,11 +52,12 @@ steps, in the first such trial of a search; later workers read it from the Induc
 first trial's first step took 9-43 s on the H200 hosts (median 26 s, 33 searches) against 2-5 s
 later; on 2 CPU cores gpt2-tiny's 18.2 s against 0.1 s for fp32 state (a fresh home). At least
 this, for a model of few parameter shapes (the Llamas 6, GPT-2 9) ..."""
-TORCHAO_PER_SHAPE_S = {"cuda": (12.0, 0.8), "cpu": (10.0, 1.0)}
+TORCHAO_PER_SHAPE_S = {"cuda": (0.0, 1.3), "cpu": (10.0, 1.0)}
 """... and for more, (base, seconds per distinct parameter shape): the step compiles once per
 shape. On the GPU hosts ViT-B/16 (13 shapes) took 24 s, ResNet-50 (28) 28-43 s, and
-EfficientNet-B0 (about 70) was still compiling when it was stopped as hung after 68 s (an
-H100, 2026-12-06); on 2 CPU cores 4 shapes 16.9 s, gpt2-tiny's 8 18.2 s, 16 shapes 28.4 s."""
+EfficientNet-B0 (69 shapes, 76 with bf16 weights) 94 s (an H100, 2026-12-06; stopped as hung
+after 68 s the search before, when this was planned at 12 s + 0.8 s a shape); on 2 CPU cores
+4 shapes 16.9 s, gpt2-tiny's 8 18.2 s, 16 shapes 28.4 s."""
 
 
 def graph_key(config: TuneConfig, default_batch: int = 0) -> str:
@@ -90,11 +91,27 @@ def stepping(config: TuneConfig, warmup_steps: int, steps: int, default_batch: i
     return warm, min(steps, max(-(-steps // k), losses - warm, MIN_MEASURED))
 
 
-def compile_prior_s(device: str, params: int | None, config: TuneConfig) -> float:
+COMPILE_PER_SHAPE_S = 0.8
+"""What each distinct parameter shape past COMPILE_SHAPES_FREE adds to a compile on the GPU:
+Inductor builds kernels per shape, and a model of many (a convolutional network whose stages
+differ) compiles far longer than its parameter count says. On an H100, EfficientNet-B0 (5.3M
+parameters, 69 shapes) compiled whole in 76 s and ResNet-50 (25.6M, 28) in 36-53 s, where the
+parameter count alone put them at 20-21 s; ViT-B/16 (86M, 13) took 23-24 s, GPT-2 (124M, 9)
+26-33 s and the Llamas (6) what their size says. EfficientNet-B0's search planned its compiled
+recipe at 35 s, ran an eager scout first, and was stopped at the budget's end 95 s into that
+compile (2026-12-06)."""
+COMPILE_SHAPES_FREE = 10
+
+
+def compile_prior_s(device: str, params: int | None, config: TuneConfig,
+                    shapes: int = 0) -> float:
     """torch.compile's first step before any was measured: about 20 s plus 40 s per billion
-    parameters on an H200 host (GPT-2 124M 22-25 s, a 1.1B Llama 41-56 s, 74-84 s with float8);
-    per block a third of it; on the CPU about 25 s for a tiny model."""
-    base = 20.0 + 40.0 * (params or 1e8) / 1e9 if device == "cuda" else 25.0
+    parameters on an H200 host (GPT-2 124M 22-25 s, a 1.1B Llama 41-56 s, 74-84 s with float8),
+    plus COMPILE_PER_SHAPE_S a distinct parameter shape (`shapes`, as a worker counted them)
+    past COMPILE_SHAPES_FREE; per block a third of it; on the CPU about 25 s for a tiny
+    model."""
+    base = 20.0 + 40.0 * (params or 1e8) / 1e9 + COMPILE_PER_SHAPE_S * max(
+        0, shapes - COMPILE_SHAPES_FREE) if device == "cuda" else 25.0
     if config.fp8 != "off":
         base *= 1.6
     if config.compile_scope == "block":
@@ -164,10 +181,11 @@ class TrialTimes:
             other_kind, seen = next(iter(self.compiles.items()))
             other = next((c for c in _kinds(config) if self._compile_kind(c) == other_kind), None)
             if other is not None:
-                ratio = compile_prior_s(self.device, self.params, config) / compile_prior_s(
-                    self.device, self.params, other)
+                ratio = compile_prior_s(self.device, self.params, config, self.parameter_shapes
+                                        ) / compile_prior_s(self.device, self.params, other,
+                                                            self.parameter_shapes)
                 return statistics.median(seen) * ratio
-        return compile_prior_s(self.device, self.params, config)
+        return compile_prior_s(self.device, self.params, config, self.parameter_shapes)
 
     def unmeasured_compile_doubt_s(self, config: TuneConfig) -> float:
         """How much longer than predicted a compile of a kind this search has not measured may
