@@ -76,7 +76,7 @@ class OracleExecutor:
         batch = c.batch_size or o.default_batch
         base = TrialResult(config=c.to_dict(), label=c.label(), status="ok", batch_size=batch,
                            sequence_length=o.seq, model_shape=self._shape(),
-                           item_name=self.item_name)
+                           item_name=self.item_name, parameter_shapes=o.shapes)
         seconds = 5.0
         if reference and reference_dir not in o.reference_grads:
             o.reference_grads.add(reference_dir)  # the worker computes the gradients' sketch once
@@ -119,8 +119,12 @@ class OracleExecutor:
             # torchao's AdamW compiles its step in the first trial that steps with it: the first
             # such eager trial's first step took 9-43 s on the H200 hosts (median 26 s, 33
             # searches), later ones 2-5 s. (Its own draw: the trial's other draws stay as they were.)
-            first += float(np.random.default_rng([o.seed, zlib.crc32(c.label().encode()), nth, 3])
-                           .uniform(10.0, 40.0))
+            step_compile = np.random.default_rng([o.seed, zlib.crc32(c.label().encode()), nth, 3])
+            seconds_for_it = float(step_compile.uniform(10.0, 40.0))
+            if o.shapes >= 20:  # once per shape: EfficientNet-B0's 76 took 94 s on an H100
+                seconds_for_it = max(seconds_for_it,
+                                     1.25 * o.shapes * float(step_compile.uniform(0.8, 1.2)))
+            first += seconds_for_it
             o.torchao_step_compiled = not fault  # (a failed compile never reached the step)
         if fault:
             self.clock.now += seconds + first

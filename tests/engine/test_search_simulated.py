@@ -585,9 +585,9 @@ def test_a_repeat_that_compiles_as_long_as_cold_ends_within_the_grace_of_the_bud
 
 def test_a_search_that_ends_before_its_budget_says_why(tmp_path):
     """A small model's search with ten minutes runs out of moves worth a trial after about
-    seven: the report's first line and the JSON say how early it ended and why; a search that
+    six: the report's first line and the JSON say how early it ended and why; a search that
     used its budget says nothing of the kind."""
-    o = Oracle(25)
+    o = Oracle(53)
     outcome, _, _ = simulate(o, tmp_path / "early", 600.0)
     assert outcome.elapsed_s < 600.0 - 60 and not outcome.out_of_time
     assert outcome.end_note.startswith("ended ") and "before its time budget: " in outcome.end_note
