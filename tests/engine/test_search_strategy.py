@@ -728,3 +728,31 @@ def test_a_model_of_many_parameter_shapes_is_planned_to_compile_longer_than_its_
     assert proposal.why == "the expert's recipe"
     assert times.first_step_s(compiled, 0.1) > 2 * few.first_step_s(compiled, 0.1) > 40.0
     assert [c.weights for c in ran] == ["fp32", "fp32"]  # the recipe and its batch scout
+
+
+def test_the_compiled_recipe_takes_the_other_scope_where_only_that_fits_the_time_left():
+    """Simulated, a model of 83 parameter shapes: after its scouts 61 s were left, its whole
+    compile was planned at 93 s and per block at 41 s. The opening proposed nothing, and no
+    compile ran in five minutes (20% off the optimum); per block it is 15% off."""
+    space = default_space(GPU, 16)
+    history = History(space)
+    base = dataclasses.replace(_measured(space.start(), 27e3, peak=1 << 30), compile_s=1.0,
+                               measured_steps=10, warmup_s=0.3, parameter_shapes=83)
+    history.add(space.start(), base)
+    left = [280.0]
+    times = TrialTimes("cuda", steps=20, warmup_steps=5, params=int(2.1e8), default_batch=16)
+    strategy = AnytimeSearch(space, Context("cuda", large=False, default_batch=16), times=times,
+                             time_available=lambda: left[0])
+    strategy.observe(space.start(), base, 8.0, history)
+    proposal = strategy.next(history)
+    while proposal is not None and proposal.config.compile_mode == "off":
+        history.add(proposal.config, dataclasses.replace(
+            _measured(proposal.config, 330e3, peak=8 << 30), compile_s=1.0, measured_steps=10,
+            warmup_s=0.5, parameter_shapes=83))
+        strategy.observe(proposal.config, history.get(proposal.config), 10.0, history)
+        whole = strategy.predictor.from_start(
+            strategy.opening._compiled(history).replace(compile_scope="model"), "", history)
+        left[0] = whole.trial_s - 1.0  # the whole compile no longer fits
+        proposal = strategy.next(history)
+    assert proposal is not None and proposal.why == "the expert's recipe"
+    assert proposal.config.compile_scope == "block" and proposal.trial_s <= left[0]
