@@ -151,9 +151,10 @@ def _reference_losses(client, next_worker: NextWorker, config: TuneConfig, batch
                       index: int, total: int, progress: Progress):
     """The fp32 reference's losses for `config`'s batch and clipping, and the worker to go on
     with: plain, then checkpointed, then in ever smaller micro-batches down to one sample where
-    the one before ran out of memory, as tune tries them. () where none ran to the end: the losses of a run that failed
-    part way are not a reference (a 1.5B Llama's fp32 run, out of memory on an H100 after its
-    first steps, had every row of its bench marked "ok" against those alone)."""
+    the one before ran out of memory, as tune tries them. () where none ran to the end: the
+    losses of a run that failed part way are not a reference (a 1.5B Llama's fp32 run, out of
+    memory on an H100 after its first steps, had every row of its bench marked "ok" against
+    those alone)."""
     for reference in reference_configs(config):
         how = "".join(part for part, used in (
             (", full checkpointing", reference.checkpointing == "full"),

@@ -281,9 +281,9 @@ class Worker:
         """Losses of the fp32 eager configuration over the first steps, for this batch size and
         gradient clipping (both change the losses). Where plain fp32 runs out of memory, the
         same with full checkpointing, then in ever smaller micro-batches (`reference_configs`:
-        each recomputes or accumulates, but computes the same losses); where none fits, ()
-        and the run's loss goes unchecked: a reference that does not fit must
-        not stop a configuration that would."""
+        each recomputes or accumulates, but computes the same losses); where none fits, () and
+        the run's loss goes unchecked: a reference that does not fit must not stop a
+        configuration that would."""
         from tuner_tui.engine.trial import classify
 
         batch_size = config.batch_size or self.workload.default_batch_size
