@@ -48,7 +48,7 @@ from tuner_tui.engine.search.fit import reference_may_fit
 from tuner_tui.engine.search.history import History
 from tuner_tui.engine.search.leaders import LeaderRemeasure
 from tuner_tui.engine.search.memory import (
-    estimate, measured_peak, parameter_count, prior_estimate,
+    estimate_or_none, measured_peak, parameter_count, prior_estimate,
 )
 from tuner_tui.engine.search.outcome import assemble
 from tuner_tui.engine.search.plan import Event, SearchPlan
@@ -326,7 +326,7 @@ class Search:
             self.begin(config, why)
             self.end_line("skipped as measured (in the store): " + summary(stored.result))
             return stored.result, "reused"
-        estimated = self._estimate(config)
+        estimated = estimate_or_none(config, self.history.all(), self.default_batch)
         reference = self.refs.for_config(config)
         self.begin(config, why)
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
@@ -351,12 +351,6 @@ class Search:
 
     def _may_fit(self, config: TuneConfig, device_bytes: int) -> bool:
         return reference_may_fit(config, self.history.all(), self.default_batch, device_bytes)
-
-    def _estimate(self, config: TuneConfig):
-        try:
-            return estimate(config, self.history.all(), self.default_batch)
-        except Exception:
-            return None
 
     def begin(self, config: TuneConfig, why: str) -> None:
         index = len(self.order) + 1

@@ -12,7 +12,7 @@ from strategies.config import TuneConfig
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.search.history import History, config_key
 from tuner_tui.engine.search.memory import (
-    Measured, MemoryEstimate, estimate, parameter_count, prior_estimate,
+    Measured, MemoryEstimate, estimate_or_none, parameter_count, prior_estimate,
 )
 
 CERTAIN_SD = 0.07
@@ -48,10 +48,7 @@ def reference_may_fit(config: TuneConfig, trials: Sequence[TrialResult], default
     parameters its worker counted already put it past the device (that estimate falls short of
     a measured peak more often than not: an fp32 1.5B Llama, 59.8 GiB estimated, 91.6 GiB
     measured)."""
-    try:
-        found = estimate(config, trials, default_batch)
-    except Exception:  # an estimate that cannot be made says nothing
-        found = None
+    found = estimate_or_none(config, trials, default_batch)
     if found is not None:
         return found.total <= device_bytes if found.certain else \
             chance_within(found, device_bytes) >= NOT_FITTING

@@ -368,6 +368,17 @@ def option_ratio(key, to_value, from_value, known, per_sample) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def estimate_or_none(
+    config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
+) -> MemoryEstimate | None:
+    """`estimate`, or None where it cannot be made: an estimate says nothing then, and never
+    stops a search."""
+    try:
+        return estimate(config, measured, default_batch)
+    except Exception:
+        return None
+
+
 def estimate_peak(
     config: TuneConfig, measured: Iterable[TrialResult], default_batch: int
 ) -> int | None:
