@@ -162,3 +162,22 @@ def test_a_reference_the_device_holds_only_split_runs_at_the_largest_micro_batch
     assert refs.for_config(grown, now=True) == LOSSES
     assert [(c.precision, c.checkpointing, c.micro_batch_size) for c in ran] == [
         ("fp32", "full", 32)]
+
+
+def test_the_reference_ladder_steps_down_only_after_running_out_of_memory(tmp_path):
+    # Simulated, a reference at batch 64 hung at micro-batches of 32, 16 and 8 in turn: a
+    # minute each, where a smaller micro-batch mends only an out-of-memory run.
+    for failed, expected in (("oom", ["off", "full"]), ("crash", ["off"])):
+        ran = []
+
+        def run(config, why, kind="reference"):
+            ran.append(config.checkpointing)
+            status = failed if config.checkpointing == "off" else "ok"
+            return dataclasses.replace(row_of(50.0, status=status, **config.to_dict()),
+                                       batch_size=config.batch_size,
+                                       losses=LOSSES if status == "ok" else ())
+
+        refs = references(tmp_path / failed, [], run)
+        grown = TuneConfig.from_dict({**COMMON, "batch_size": 64})
+        refs.for_config(grown, now=True)
+        assert ran == expected

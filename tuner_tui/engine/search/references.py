@@ -120,8 +120,11 @@ class References:
             if result.status == "ok" and result.losses:
                 self.keep(reference, result)
                 return tuple(result.losses[:LOSS_CHECK_STEPS])
-            if result.status == "timeout":
-                break  # stopped at the time budget's end: the next one would be as well
+            if result.status != "oom":
+                # Only running out of memory is what a smaller rung mends; a crash or a hang
+                # would cost each rung its timeout (a simulated hang at batch 64, stepping down
+                # the halvings: 61-69 s a rung), and the budget's end stops the next one as well.
+                break
         self.losses[key] = ()
         return ()
 
