@@ -311,6 +311,11 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
         doc["recommendation"]["tokens_per_s"] / compared["tokens_per_s"])
     assert "fp32 + foreach AdamW (--compare, same run)" in doc["reason"]
     assert doc["memory_budget_bytes"] == 8 * 2**30
+    # When the first worker was ready, before the first trial, and what its start took
+    startup = doc["startup"]
+    assert 0 < startup["ready_s"] <= doc["timeline"][0]["started_s"]
+    assert startup["torch"] > 0 and "first batch" in startup
+    assert f"the first worker was ready after {startup['ready_s']:.1f} s (python " in proc.stdout
     import tomllib
 
     exported = tomllib.loads(out.read_text())

@@ -45,6 +45,10 @@ def test_ready_event_describes_machine_and_workload(gpt2_worker):
     # What gpt2-tiny does not use, for labels, the options panel and the search.
     assert ready.workload["inapplicable"]["fused_kernels=rms_norm"] == "no RMSNorm"
     assert ready.environment["torch"]
+    # What the start took, part by part (on a GPU the first trial waited 12-21 s for it).
+    assert list(ready.startup_s) == ["python", "torch", "workload", "first batch", "machine",
+                                     "model facts"]
+    assert all(s is None or 0 <= s < 120 for s in ready.startup_s.values())
 
 
 @shared

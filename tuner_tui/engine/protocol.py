@@ -127,6 +127,12 @@ class WorkerReady:
     (tokens, images, samples), default_batch_size, inapplicable (the options that change
     nothing in the model, `strategies.applicability`), changes_training (the options that would
     train it differently, such as micro-batches under BatchNorm), seed, data."""
+    startup_s: dict = field(default_factory=dict)
+    """How long each part of this worker's start took, in seconds: "python" (the interpreter
+    and gputune's imports, from the process's creation), "torch" (its import), "workload" (the
+    user's code loading it), "first batch" (its first batch on the device, which starts CUDA),
+    "machine" (what the device can do) and "model facts" (which options apply to the model, from
+    a copy built on the meta device)."""
 
 
 @dataclass(frozen=True)

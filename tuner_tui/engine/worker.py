@@ -65,10 +65,20 @@ class Worker:
 
     # -- setup ---------------------------------------------------------------------------------
     def start(self) -> bool:
+        startup = {"python": _since_process_start()}
+        lap = time.perf_counter()
+
+        def timed(part: str) -> None:
+            nonlocal lap
+            now = time.perf_counter()
+            startup[part] = round(now - lap, 3)
+            lap = now
+
         from tuner_tui.engine import environment, workloads
 
         import torch
 
+        timed("torch")
         try:
             self.device = environment.resolve_device(self.spec.device)
             if self.device == "cuda":
@@ -80,8 +90,10 @@ class Worker:
             self.workload = self._in_time(f"workload {name!r}", lambda: workloads.load(
                 name, self.spec.sequence_length, self.spec.seed, self.spec.data, self.device
             ))
+            timed("workload")
             self._in_time(f"the first batch of workload {name!r}", lambda: (
                 workloads.check_first_batch(self.workload, name, self.device)))
+            timed("first batch")
         except (ConfigError, workloads.WorkloadError, ValueError) as exc:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
             return False
@@ -96,12 +108,16 @@ class Worker:
             faults.install(self.spec.fault_injection)
         self.caps = environment.capabilities(self.device)
         self.env = environment.fingerprint(self.device)
+        timed("machine")
+        described = self.describe_workload()
+        timed("model facts")
         self.emit(
             protocol.WorkerReady(
                 pid=os.getpid(),
                 capabilities=self.caps.to_dict(),
                 environment=self.env,
-                workload=self.describe_workload(),
+                workload=described,
+                startup_s=startup,
             )
         )
         return True
@@ -574,6 +590,17 @@ def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
     # Let the queue's feeder thread flush the last events before the process exits.
     events.close()
     events.join_thread()
+
+
+def _since_process_start() -> float | None:
+    """Seconds since this process was created (the interpreter's start and the imports before
+    `Worker.start`); None where psutil cannot say."""
+    try:
+        import psutil
+
+        return round(max(0.0, time.time() - psutil.Process().create_time()), 3)
+    except Exception:
+        return None
 
 
 def _read_spread(path) -> float | None:

@@ -54,7 +54,7 @@ from tuner_tui.engine.search.outcome import assemble
 from tuner_tui.engine.search.plan import Event, SearchPlan
 from tuner_tui.engine.search.priors import LARGE_MODEL, Context, Priors, store_pairs
 from tuner_tui.engine.search.references import References, lost_with
-from tuner_tui.engine.search.report import SearchOutcome, budget_scope
+from tuner_tui.engine.search.report import SearchOutcome, budget_scope, startup_line
 from tuner_tui.engine.search.space import default_space
 from tuner_tui.engine.search.surprise import confirm_surprise
 from tuner_tui.engine.search.timing import TrialTimes, stepping
@@ -108,12 +108,15 @@ class Search:
         self.error = ""
         self.leaders = LeaderRemeasure(self)
         self.history: History | None = None
+        self.startup: dict = {}
+        """When the first worker was ready (s from the search's start) and what its start took."""
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
         self.deadline = Deadline(self.plan.budget_s, self.plan.trial_timeout_s, self.clock)
         try:
             ready = self.executor.start()
+            self.startup = {"ready_s": round(self.elapsed(), 3), **ready.startup_s}
             self._setup(ready)
         except BaseException:
             self.executor.close()
@@ -186,6 +189,8 @@ class Search:
                   f"(memory budget {fmt.gib(self.budget_bytes)}"
                   + budget_scope(self.caps.device, self.space.devices)
                   + (f", time budget {plan.budget_s / 60:g} min" if plan.budget_s else "") + ")")
+        if ready.startup_s:
+            self.say(startup_line(self.startup))
         for key in self.space.held:
             self.say(f"not searched: {key}, which would train this model differently: "
                      f"{changes_training[key]} (--search {key}=... tries it anyway)")

@@ -54,6 +54,7 @@ def assemble(search) -> SearchOutcome:
         steps=search.plan.steps, warmup_steps=search.plan.warmup_steps, remeasured=verdict,
         remeasure_note="; ".join(n for n in notes if n),
         timeline=[e.to_dict() for e in search.timeline],
+        startup=dict(getattr(search, "startup", {})),
     )
     try:
         outcome.reason = explain(outcome)

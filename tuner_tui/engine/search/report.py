@@ -64,6 +64,9 @@ class SearchOutcome:
     timeline: list[dict] = field(default_factory=list)
     """Every trial, reference run and re-measurement in order: when it started and ended (s
     from the search's start), why, what it measured, and the best configuration after it."""
+    startup: dict = field(default_factory=dict)
+    """When the first worker was ready ("ready_s", s from the search's start) and how long each
+    part of its start took (`protocol.WorkerReady.startup_s`)."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -307,8 +310,16 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "error": outcome.error or None,
         "elapsed_s": outcome.elapsed_s,
         "timeline": outcome.timeline,
+        "startup": outcome.startup,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
+
+
+def startup_line(startup: dict) -> str:
+    """What the first worker's start took, before any trial could run."""
+    parts = ", ".join(f"{part} {seconds:.1f} s" for part, seconds in startup.items()
+                      if part != "ready_s" and seconds is not None)
+    return f"the first worker was ready after {startup['ready_s']:.1f} s ({parts})"
 
 
 def report(outcome: SearchOutcome) -> str:
