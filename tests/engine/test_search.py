@@ -134,6 +134,7 @@ def hold_off_second_runs(monkeypatch):
     from tuner_tui.engine.search import surprise
 
     monkeypatch.setattr(surprise, "SURPRISE_SDS", float("inf"))
+    monkeypatch.setattr(surprise, "ABOVE_SDS", float("inf"))
 
 
 @pytest.fixture

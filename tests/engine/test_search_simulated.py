@@ -28,6 +28,7 @@ from tuner_tui.engine.reference_cache import ReferenceCache
 from tuner_tui.engine.search import report, write_json
 from tuner_tui.engine.runner import NO_RESULT
 from tuner_tui.engine.search.deadline import GRACE_S, OVERRUN_SHARE
+from tuner_tui.engine.search import surprise
 from tuner_tui.engine.search.expert import memory_moves
 
 FIVE_MINUTES = 300.0
@@ -448,17 +449,40 @@ def test_a_trial_far_below_its_prediction_runs_once_more_and_the_faster_run_stan
         outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES, remeasure_repeats=0)
         events = outcome.timeline
         for before, event in zip(events, events[1:]):
-            if event["kind"] != "confirm":
+            if event["kind"] != "confirm" or event["why"] != surprise.WHY:
                 continue
             found += 1
             assert before["kind"] == "trial" and before["label"] == event["label"], event
-            assert event["why"] == "measured far below its prediction: once more"
             [row] = [r for r in outcome.results if r.label == event["label"]]
             speeds = [x for x in (before["tokens_per_s"], event["tokens_per_s"]) if x]
             assert row.tokens_per_s == max(speeds)
         if found >= 3:
             break
     assert found >= 3
+
+
+def test_a_move_far_above_its_prediction_has_its_parent_run_once_more(tmp_path):
+    """A disturbance only slows a run: where a move measures far above what its parent's run
+    predicted, that parent may have been disturbed, and runs again (an expert's recipe measured
+    early, with a wide doubt, escapes the rule above). The faster run stands; the oracle's
+    disturbed runs came back about 1/0.7 faster."""
+    found, recovered = 0, 0
+    for seed in range(1000, 1100):
+        o = Oracle(seed, fault_rate=0.0)
+        outcome, _, _ = simulate(o, tmp_path / str(seed), FIVE_MINUTES, remeasure_repeats=0)
+        events = outcome.timeline
+        for i, event in enumerate(events):
+            if event["kind"] != "confirm" or event["why"] != surprise.WHY_PARENT:
+                continue
+            found += 1
+            assert events[i - 1]["kind"] == "trial" and events[i - 1]["label"] != event["label"]
+            [first] = [e for e in events[:i] if e["label"] == event["label"]]
+            [row] = [r for r in outcome.results if r.label == event["label"]]
+            assert row.tokens_per_s == max(first["tokens_per_s"], event["tokens_per_s"] or 0)
+            recovered += (event["tokens_per_s"] or 0) > 1.3 * first["tokens_per_s"]
+        if found >= 3:
+            break
+    assert found >= 3 and recovered >= 2, (found, recovered)
 
 
 def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tmp_path):

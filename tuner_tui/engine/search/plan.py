@@ -45,7 +45,8 @@ class Event:
 
     index: int
     kind: str
-    """trial, reference (the fp32 reference's losses at a new batch), compare, remeasure."""
+    """trial, reference (the fp32 reference's losses at a new batch), compare, remeasure,
+    confirm (a configuration run once more: `surprise.py`)."""
     label: str
     status: str
     how: str
