@@ -316,6 +316,8 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     startup = doc["startup"]
     assert 0 < startup["ready_s"] <= doc["timeline"][0]["started_s"]
     assert startup["torch"] > 0 and "first batch" in startup
+    parts = [v for k, v in startup.items() if k != "ready_s" and v is not None]
+    assert sum(parts) <= startup["ready_s"] + 0.05  # the worker started after the search did
     assert f"the first worker was ready after {startup['ready_s']:.1f} s (python " in proc.stdout
     import tomllib
 
