@@ -5,11 +5,17 @@ which itself runs the comparison."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+from pathlib import Path
 
 import torch
 
 from strategies.config import TuneConfig
-from tuner_tui.engine.gradients import WOBBLE_NOISE, sketch_model, with_wobble
+from strategies.files import write_atomic
+from tuner_tui.engine.gradients import (WOBBLE_NOISE, load_sketch, save_sketch, sketch_model,
+                                        with_wobble)
+from tuner_tui.engine.reference_cache import GRADIENTS, LOSS_SPREAD
 
 RANDOM_DRAWS = 5
 """Forwards of the reference's first batch, with the same weights, whose losses tell how far the
@@ -147,3 +153,31 @@ def loss_spread(workload, model, micro: list, parts: int) -> float:
             if changes[0] < ARITHMETIC_SPREAD:
                 return 0.0
     return max(changes)
+
+
+def read_cached(entry: str | Path) -> tuple[dict, float | None] | None:
+    """The sketch of the reference's gradients and its loss spread from a reference cache entry
+    (`reference_cache.ReferenceCache.entry`) a worker wrote before; None where it holds none."""
+    path = Path(entry) / GRADIENTS
+    sketched = load_sketch(path) if path.exists() else None
+    if sketched is None:
+        return None
+    return sketched, _read_spread(path.parent / LOSS_SPREAD)
+
+
+def write_cached(entry: str | Path, sketched: dict, spread: float | None) -> None:
+    """Keep them in the entry for the workers to come (raises where it cannot be written)."""
+    folder = Path(entry)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / LOSS_SPREAD, json.dumps(spread))
+    save_sketch(folder / GRADIENTS, sketched)
+
+
+def _read_spread(path: Path) -> float | None:
+    """The loss spread written beside a cached reference's gradients; None where there is none
+    (a cache entry written before it was kept) or it cannot be read."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None

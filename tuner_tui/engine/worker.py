@@ -10,8 +10,6 @@ itself is left for the parent to notice.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
 import queue
 import sys
@@ -20,10 +18,10 @@ import time
 import traceback
 
 from strategies.config import ConfigError, TuneConfig
-from strategies.files import write_atomic
 from tuner_tui.engine import noise, protocol, worker_log
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
+from tuner_tui.engine.startup import StartupTimes
 
 
 QUIET_WAIT_S = 120.0
@@ -65,20 +63,12 @@ class Worker:
 
     # -- setup ---------------------------------------------------------------------------------
     def start(self) -> bool:
-        startup = {"python": _since_process_start()}
-        lap = time.perf_counter()
-
-        def timed(part: str) -> None:
-            nonlocal lap
-            now = time.perf_counter()
-            startup[part] = round(now - lap, 3)
-            lap = now
-
+        startup = StartupTimes()
         from tuner_tui.engine import environment, workloads
 
         import torch
 
-        timed("torch")
+        startup.done("torch")
         try:
             self.device = environment.resolve_device(self.spec.device)
             if self.device == "cuda":
@@ -90,10 +80,10 @@ class Worker:
             self.workload = self._in_time(f"workload {name!r}", lambda: workloads.load(
                 name, self.spec.sequence_length, self.spec.seed, self.spec.data, self.device
             ))
-            timed("workload")
+            startup.done("workload")
             self._in_time(f"the first batch of workload {name!r}", lambda: (
                 workloads.check_first_batch(self.workload, name, self.device)))
-            timed("first batch")
+            startup.done("first batch")
         except (ConfigError, workloads.WorkloadError, ValueError) as exc:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
             return False
@@ -108,16 +98,16 @@ class Worker:
             faults.install(self.spec.fault_injection)
         self.caps = environment.capabilities(self.device)
         self.env = environment.fingerprint(self.device)
-        timed("machine")
+        startup.done("machine")
         described = self.describe_workload()
-        timed("model facts")
+        startup.done("model facts")
         self.emit(
             protocol.WorkerReady(
                 pid=os.getpid(),
                 capabilities=self.caps.to_dict(),
                 environment=self.env,
                 workload=described,
-                startup_s=startup,
+                startup_s=startup.parts,
             )
         )
         return True
@@ -329,38 +319,30 @@ class Worker:
         """The sketch of the fp32 reference's first-step gradients at this configuration's batch
         size (gradients.py): from the reference cache's entry `cache_dir` where a worker wrote it
         before, else computed here, before the candidate is built, and written there."""
-        from pathlib import Path
-
-        from tuner_tui.engine.gradients import load_sketch, save_sketch
-        from tuner_tui.engine.reference_cache import GRADIENTS, LOSS_SPREAD
-        from tuner_tui.engine.reference_gradients import reference_check
+        from tuner_tui.engine.reference_gradients import read_cached, reference_check, write_cached
 
         batch_size = config.batch_size or self.workload.default_batch_size
         key = batch_size  # clipping acts in the optimizer step, after the gradients compared
         if self.gradients is not None and self.gradients[0] == key:
             return self.gradients[1]
         self.gradients, self.loss_spread = None, None
-        path = Path(cache_dir) / GRADIENTS if cache_dir else None
-        sketched = load_sketch(path) if path is not None and path.exists() else None
-        if sketched is not None:
-            self.loss_spread = _read_spread(path.parent / LOSS_SPREAD)
+        cached = read_cached(cache_dir) if cache_dir else None
+        if cached is not None:
+            sketched, self.loss_spread = cached
         else:
             found = reference_check(self.workload, batch_size, self.spec.seed, self.device)
-            grads, self.loss_spread = found if found is not None else (None, None)
-            if grads is None:
+            sketched, self.loss_spread = found if found is not None else (None, None)
+            # (already a sketch, with each tensor's wobble)
+            if sketched is None:
                 self.emit(protocol.WorkerLog(
                     "warning", f"the fp32 reference's gradients at batch {batch_size} do not fit "
                     "in memory: the gradients of this run go unchecked"))
-            else:
-                sketched = grads  # already a sketch, with each tensor's wobble
-                if path is not None:
-                    try:
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        write_atomic(path.parent / LOSS_SPREAD, json.dumps(self.loss_spread))
-                        save_sketch(path, sketched)
-                    except Exception as exc:  # the cache is a saving, never a failure
-                        self.emit(protocol.WorkerLog(
-                            "warning", f"the reference cache cannot be written: {exc}"))
+            elif cache_dir:
+                try:
+                    write_cached(cache_dir, sketched, self.loss_spread)
+                except Exception as exc:  # the cache is a saving, never a failure
+                    self.emit(protocol.WorkerLog(
+                        "warning", f"the reference cache cannot be written: {exc}"))
         self.gradients = (key, sketched)
         return sketched
 
@@ -590,28 +572,3 @@ def run_worker(spec: WorkerSpec, commands, events, quiet=None) -> None:
     # Let the queue's feeder thread flush the last events before the process exits.
     events.close()
     events.join_thread()
-
-
-def _since_process_start() -> float | None:
-    """Seconds since this process was created (the interpreter's start and the imports before
-    `Worker.start`), from Linux's process table against the uptime, both in ticks of 10 ms
-    (psutil's creation time rests on the boot time in whole seconds: it was up to a second
-    off); None where there is no /proc."""
-    try:
-        with open("/proc/self/stat") as stat:
-            started = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/uptime") as uptime:
-            now = float(uptime.read().split()[0])
-        return round(max(0.0, now - started / os.sysconf("SC_CLK_TCK")), 3)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _read_spread(path) -> float | None:
-    """The loss spread written beside a cached reference's gradients; None where there is none
-    (a cache entry written before it was kept) or it cannot be read."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
