@@ -44,6 +44,8 @@ class OracleExecutor:
         self.clock = clock
         self.item_name = item_name
         self.trials: list[TuneConfig] = [] if trial_log is None else trial_log
+        self.warm_ready: dict[tuple[str, str], float] = {}
+        """(weights, state) -> when the optimizer steps' worker has compiled it."""
 
     def start(self) -> protocol.WorkerReady:
         o = self.o
@@ -56,6 +58,28 @@ class OracleExecutor:
             workload={"name": f"oracle-{o.seed}", "items_per_sample": o.seq,
                       "item_name": self.item_name,
                       "default_batch_size": o.default_batch, "seed": 0, "data": None})
+
+    def warm_optimizer_steps(self, variants) -> None:
+        """The optimizer steps' worker: up 8 s from now, then each pair's compile in turn,
+        drawn as a trial's first torchao step is."""
+        o = self.o
+        ready = self.clock.now + 8.0
+        for variant in variants:
+            r = np.random.default_rng([o.seed, zlib.crc32(repr(variant).encode()), 5])
+            ready += self._torchao_compile_s(r)
+            self.warm_ready[variant] = ready
+
+    def optimizer_steps_compiled(self) -> dict:
+        return {v: 1.0 for v, t in self.warm_ready.items() if t <= self.clock.now}
+
+    def _torchao_compile_s(self, r) -> float:
+        """torchao's step compile: the first such eager trial's first step took 9-43 s on the
+        H200 hosts (median 26 s, 33 searches), later ones 2-5 s; once per shape, EfficientNet-B0's
+        76 took 94 s on an H100."""
+        seconds = float(r.uniform(10.0, 40.0))
+        if self.o.shapes >= 20:
+            seconds = max(seconds, 1.25 * self.o.shapes * float(r.uniform(0.8, 1.2)))
+        return seconds
 
     def close(self) -> None:
         pass
@@ -116,14 +140,13 @@ class OracleExecutor:
             first *= r.uniform(*o.warm_share) if key in o.compiled else 1.0
             o.compiled.add(key)
         if steps_with_torchao(c) and not o.torchao_step_compiled:
-            # torchao's AdamW compiles its step in the first trial that steps with it: the first
-            # such eager trial's first step took 9-43 s on the H200 hosts (median 26 s, 33
-            # searches), later ones 2-5 s. (Its own draw: the trial's other draws stay as they were.)
+            # torchao's AdamW compiles its step in the first trial that steps with it (its own
+            # draw: the trial's other draws stay as they were) ...
             step_compile = np.random.default_rng([o.seed, zlib.crc32(c.label().encode()), nth, 3])
-            seconds_for_it = float(step_compile.uniform(10.0, 40.0))
-            if o.shapes >= 20:  # once per shape: EfficientNet-B0's 76 took 94 s on an H100
-                seconds_for_it = max(seconds_for_it,
-                                     1.25 * o.shapes * float(step_compile.uniform(0.8, 1.2)))
+            seconds_for_it = self._torchao_compile_s(step_compile)
+            ready = self.warm_ready.get((c.weights, c.optimizer_state))
+            if ready is not None:  # ... or reads what the optimizer steps' worker compiled
+                seconds_for_it = min(seconds_for_it, max(0.0, ready - self.clock.now)) + 3.0
             first += seconds_for_it
             o.torchao_step_compiled = not fault  # (a failed compile never reached the step)
         if fault:

@@ -660,6 +660,43 @@ def test_the_first_trial_that_steps_with_torchao_is_planned_with_its_step_compil
     assert times.trial_s(torchao, 0.1) == pytest.approx(times.trial_s(plain, 0.1))
 
 
+def test_a_trial_plans_only_what_is_left_of_a_step_compile_made_beside_the_trials():
+    """The optimizer steps' worker compiles the space's torchao pairs in turn, (bf16 weights,
+    fp32 state) first; a trial plans what is left of its pair's compile when it starts, and its
+    timeout allows for all of it until the worker has reported it."""
+    from tuner_tui.engine.search.warming import StepWarming, WARM_START_S, optimizer_step_variants
+
+    space = default_space(GPU, 16)
+    variants = optimizer_step_variants(space, budget_binds=False)
+    assert variants[0] == ("bf16", "fp32")
+    assert set(variants) == {("bf16", "fp32"), ("bf16", "bf16"), ("bf16", "8bit"),
+                             ("fp32", "bf16"), ("fp32", "8bit")}  # no offload: it steps on the CPU
+    fixed = default_space(GPU, 16, fixed={"weights": "fp32", "optimizer_state": "fp32"})
+    assert optimizer_step_variants(fixed, budget_binds=False) == ()
+
+    now = [0.0]
+    times = TrialTimes("cuda", steps=20, warmup_steps=5, default_batch=16)
+    times.warming, times.now = StepWarming(variants, 0.0), lambda: now[0]
+    full = TORCHAO_FIRST_S["cuda"]
+    first = TuneConfig.from_dict({"precision": "bf16", "weights": "bf16"})
+    second = first.replace(optimizer_state="bf16")
+    assert times.one_time_s(first) == full  # at the start: no sooner than a compile of its own
+    assert times.one_time_s(second) == full
+    now[0] = WARM_START_S + full / 2
+    assert times.one_time_s(first) == pytest.approx(full / 2)
+    assert times.one_time_s(first, worst=True) == full
+    now[0] = WARM_START_S + full + 1
+    assert times.one_time_s(first) == 0.0  # expected done, not yet reported
+    assert times.one_time_s(first, worst=True) == full
+    times.warming.report({("bf16", "fp32"): 20.0}, now[0])
+    assert times.one_time_s(first, worst=True) == 0.0
+    assert times.one_time_s(second) == pytest.approx(full)  # the next one starts now
+    times.warming.report({("bf16", "fp32"): 20.0, ("bf16", "bf16"): None}, now[0] + 5)
+    assert times.one_time_s(second) == full  # its compile failed: the trial compiles its own
+    assert times.warming.to_dict() == {"bf16 weights + fp32 state": 20.0,
+                                       "bf16 weights + bf16 state": None}
+
+
 def test_a_move_that_only_costs_speed_is_not_tried_from_the_best_configuration():
     """Seen on an H100: with no memory budget binding, ResNet-50's search spent 56 s of its five
     minutes on its best configuration with selective checkpointing (16% slower; in simulation,

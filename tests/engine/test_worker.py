@@ -306,3 +306,52 @@ def test_a_failed_step_releases_its_memory_after_its_tensors_are_gone(monkeypatc
         assert user_workloads.HELD_BY_FAILED_STEP and released_after
         assert all(released_after[-1]), f"{apply.__name__}: released while the step's tensors lived"
         assert worker.trainer is None
+
+
+STEP_FROM_CACHE = """
+import json, torch
+from types import SimpleNamespace
+from torch._dynamo.utils import counters
+from strategies import optimizer
+from tuner_tui.engine import workloads
+workload = workloads.load("gpt2-tiny", None, 0, None, "cpu")
+model = workload.build_model()
+stepping, _ = optimizer.build(workload.make_optimizer(model), SimpleNamespace(
+    weights="fp32", optimizer_state="bf16", optimizer="plain"))
+for p in model.parameters():
+    p.grad = torch.full_like(p, 1e-3)
+stepping.step()
+print(json.dumps(dict(counters["inductor"])))
+"""
+
+
+def test_optimizer_steps_compiled_by_a_worker_of_their_own_are_the_trial_s_own(tmp_path):
+    """torchao's AdamW step, compiled by the optimizer steps' worker over stand-ins of the
+    model's parameters (`runner.OptimizerStepWarmup`), is what the model's own optimizer steps
+    with: in a fresh process, every graph of its first step comes from the Inductor cache."""
+    import json
+    import subprocess
+    import sys
+
+    from tuner_tui.engine import runner
+
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    spec = WorkerSpec(workload="gpt2-tiny", device="cpu", environ=tuple(env.items()))
+    variants = (("fp32", "bf16"), ("fp64", "bf16"))  # the second: no such weights
+    warmup = runner.OptimizerStepWarmup(spec, variants)
+    try:
+        deadline = time.monotonic() + 240
+        while len(warmup.done()) < len(variants) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        done = warmup.done()
+    finally:
+        warmup.close()
+    assert warmup.started.is_set()
+    assert done[("fp32", "bf16")] > 0 and done[("fp64", "bf16")] is None  # failed, reported
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ran = subprocess.run([sys.executable, "-c", STEP_FROM_CACHE], capture_output=True, text=True,
+                         env={**os.environ, **env, "PYTHONPATH": root}, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    inductor = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert inductor.get("fxgraph_cache_hit", 0) > 0 and not inductor.get("fxgraph_cache_miss")

@@ -12,6 +12,7 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
 from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
@@ -113,6 +114,8 @@ class WorkerClient:
         self.events = None
         self.quiet = None
         """Clear it to hold a trial's measured steps (`hold_measurement`); set by default."""
+        self._holds = 0
+        self._holds_lock = threading.Lock()
 
     def start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
@@ -141,13 +144,19 @@ class WorkerClient:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def hold_measurement(self) -> None:
-        """A trial sent from now on waits after its warm-up until `release_measurement`."""
+        """A trial sent from now on waits after its warm-up until each hold is released
+        (`release_measurement`): another worker starting, or two."""
         if self.quiet is not None:
-            self.quiet.clear()
+            with self._holds_lock:
+                self._holds += 1
+                self.quiet.clear()
 
     def release_measurement(self) -> None:
         if self.quiet is not None:
-            self.quiet.set()
+            with self._holds_lock:
+                self._holds = max(0, self._holds - 1)
+                if not self._holds:
+                    self.quiet.set()
 
     @property
     def pid(self) -> int | None:

@@ -98,6 +98,15 @@ class ProfileRun:
 
 
 @dataclass(frozen=True)
+class CompileOptimizerSteps:
+    """Compile torchao's AdamW step for each (weights, optimizer_state) of `variants`, in turn,
+    into the shared Inductor cache (`engine/optimizer_steps.py`), at the lowest CPU priority;
+    answered by one `OptimizerStepsCompiled` each. A worker given this does nothing else."""
+
+    variants: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Pause:
     pass
 
@@ -112,7 +121,7 @@ class Shutdown:
     pass
 
 
-Command = ApplyConfig | RunTrial | ProfileRun | Pause | Resume | Shutdown
+Command = ApplyConfig | RunTrial | ProfileRun | CompileOptimizerSteps | Pause | Resume | Shutdown
 
 # -- events (worker -> UI) ------------------------------------------------------------------------
 
@@ -319,6 +328,16 @@ class ProfileMeasured:
 
 
 @dataclass(frozen=True)
+class OptimizerStepsCompiled:
+    """The optimizer step of `weights` and `state` compiled in `seconds` (`error`: why not)."""
+
+    weights: str
+    state: str
+    seconds: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Paused:
     pass
 
@@ -348,6 +367,7 @@ Event = (
     | TrialFinished
     | RunFailed
     | ProfileMeasured
+    | OptimizerStepsCompiled
     | Paused
     | Resumed
     | WorkerLog

@@ -166,6 +166,81 @@ class NextWorker:
         self._client = self._ready = None
 
 
+class OptimizerStepWarmup:
+    """A worker of its own that compiles torchao's AdamW steps for `variants` ((weights,
+    optimizer_state) pairs, in turn) into the Inductor cache the trials share, at the lowest CPU
+    priority, while the search's trials run (`engine/optimizer_steps.py`).
+
+    Its start, like the next trial's worker's, is kept out of every measurement: a trial run
+    while it starts holds its measured steps until it is up (`hold_until_started`). Its compile
+    then runs beside the trials' measurements, on CPU cores they leave idle."""
+
+    def __init__(self, spec: WorkerSpec, variants: tuple[tuple[str, str], ...],
+                 start_timeout: float | None = None) -> None:
+        self.variants = variants
+        self.compiled: dict[tuple[str, str], float | None] = {}
+        """(weights, state) -> seconds its compile took; None where it failed."""
+        self.started = threading.Event()
+        """Set once the worker is up, or could not start."""
+        self._timeout = start_timeout_s() if start_timeout is None else start_timeout
+        self._lock = threading.Lock()
+        self._client = WorkerClient(spec)
+        try:
+            self._client.start()
+        except Exception:  # no head start for torchao then: each trial compiles its own
+            self.started.set()
+            self._thread = None
+            return
+        self._thread = threading.Thread(target=self._run, name="gputune-optimizer-steps",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        client = self._client
+        try:
+            event = client.wait_event(self._timeout)
+            while event is not None and not isinstance(
+                    event, (protocol.WorkerReady, protocol.RunFailed)):
+                event = client.wait_event(self._timeout)
+            self.started.set()
+            if not isinstance(event, protocol.WorkerReady):
+                return
+            client.send(protocol.CompileOptimizerSteps(self.variants))
+            while len(self.compiled) < len(self.variants) and client.is_alive():
+                event = client.wait_event(1.0)
+                if isinstance(event, protocol.OptimizerStepsCompiled):
+                    with self._lock:
+                        self.compiled[(event.weights, event.state)] = (
+                            None if event.error else event.seconds)
+        finally:
+            self.started.set()
+            client.stop()
+
+    def done(self) -> dict[tuple[str, str], float | None]:
+        """The variants compiled so far (seconds; None where it failed)."""
+        with self._lock:
+            return dict(self.compiled)
+
+    def hold_until_started(self, current: WorkerClient) -> None:
+        """`current`'s measured steps wait until this worker is up (or could not start)."""
+        if self.started.is_set():
+            return
+        current.hold_measurement()
+
+        def release() -> None:
+            self.started.wait()
+            current.release_measurement()
+
+        threading.Thread(target=release, name="gputune-hold", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the worker, where it still compiles."""
+        self._client.end_now()
+        if self._thread is not None:
+            self._thread.join(timeout=3.0)
+        self.started.set()
+
+
 def run_one(
     client: WorkerClient,
     config: TuneConfig,

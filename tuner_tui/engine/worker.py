@@ -503,6 +503,17 @@ class Worker:
             self.trainer.close()
             self.trainer = None
 
+    def compile_optimizer_steps(self, variants) -> None:
+        """torchao's steps compiled ahead of the trials (`engine/optimizer_steps.py`), behind
+        them: this worker does nothing else, and the trials' measurements run beside it."""
+        from tuner_tui.engine import optimizer_steps
+
+        os.nice(19)  # the compile pool it starts inherits it
+        for weights, state in variants:
+            seconds, error = optimizer_steps.compile_steps(self.workload, self.device, weights,
+                                                           state)
+            self.emit(protocol.OptimizerStepsCompiled(weights, state, round(seconds, 3), error))
+
     def handle(self, cmd) -> bool:
         """Returns False when the worker should exit."""
         if isinstance(cmd, protocol.Shutdown):
@@ -517,6 +528,8 @@ class Worker:
             if self.trainer is None:
                 self.emit(protocol.WorkerLog(
                     "warning", "no run is training: the profile waits for the next run"))
+        elif isinstance(cmd, protocol.CompileOptimizerSteps):
+            self.compile_optimizer_steps(cmd.variants)
         elif isinstance(cmd, protocol.Pause):
             self.paused = True
             if self.trainer is not None:

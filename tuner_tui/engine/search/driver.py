@@ -58,6 +58,7 @@ from tuner_tui.engine.search.report import SearchOutcome, budget_scope, startup_
 from tuner_tui.engine.search.space import default_space
 from tuner_tui.engine.search.surprise import confirm_surprise
 from tuner_tui.engine.search.timing import TrialTimes, stepping
+from tuner_tui.engine.search.warming import StepWarming, optimizer_step_variants, variant_label
 from tuner_tui.engine.store import REUSABLE as STORE_REUSABLE
 from tuner_tui.engine.store import ResultStore, workload_key
 from tuner_tui.engine.table import summary
@@ -134,7 +135,10 @@ class Search:
             self.say(f"the search stopped on an internal error ({self.error}); the trials "
                       "measured so far are reported")
         finally:
-            self.executor.close()
+            try:
+                self._optimizer_steps_reported()
+            finally:
+                self.executor.close()
         return assemble(self)
 
     def say(self, line: str) -> None:
@@ -179,6 +183,7 @@ class Search:
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
         self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps,
                                 default_batch=self.default_batch)
+        self._warm_optimizer_steps()
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
             budget_bytes=self.budget_bytes, device_bytes=device, priors=self.priors,
@@ -194,6 +199,24 @@ class Search:
         for key in self.space.held:
             self.say(f"not searched: {key}, which would train this model differently: "
                      f"{changes_training[key]} (--search {key}=... tries it anyway)")
+
+    def _warm_optimizer_steps(self) -> None:
+        """On one GPU, torchao's AdamW steps compiled beside the trials (`warming.py`)."""
+        if self.caps.device != "cuda" or self.space.devices != 1:
+            return
+        variants = optimizer_step_variants(self.space, self.plan.max_memory_bytes is not None)
+        if not variants:
+            return
+        self.executor.warm_optimizer_steps(variants)
+        self.times.warming = StepWarming(variants, self.elapsed())
+        self.times.now = self.elapsed
+        self.say("compiling torchao's AdamW step beside the trials, for "
+                 + ", ".join(variant_label(v) for v in variants))
+
+    def _optimizer_steps_reported(self) -> None:
+        warming = self.times.warming
+        if warming is not None:
+            warming.report(self.executor.optimizer_steps_compiled(), self.elapsed())
 
     def _store_pairs(self):
         """What this machine's store has measured of each lever, on any workload."""
@@ -218,6 +241,7 @@ class Search:
                                                kind="compare"))
         while True:
             # Once the time budget has ended nothing more starts (the leaders' note is still made).
+            self._optimizer_steps_reported()
             proposal = None if self._time_out() else self.strategy.next(self.history)
             if proposal is None:
                 if self.leaders.due() and self.leaders.run():
@@ -337,7 +361,10 @@ class Search:
         seconds = proposal.trial_s if proposal is not None and proposal.trial_s else \
             self.times.trial_s(config, None)
         # (a cold estimate past the time left: let in on a compile from the cache, `anytime`)
-        once = min(seconds, self.times.one_time_s(config))
+        # Timed out as if torchao's step compile were all its own: the optimizer steps' worker
+        # may not have compiled it by then.
+        seconds += self.times.one_time_s(config, worst=True) - self.times.one_time_s(config)
+        once = min(seconds, self.times.one_time_s(config, worst=True))
         # Let in past the budget's end only as a plan without the one-time cost would be: that
         # cost decides what starts (`anytime`), not how long a started trial may run (with it, an
         # eager recipe that fitted before was cut at the budget's end, the search's only answer).

@@ -16,7 +16,8 @@ from strategies.config import TuneConfig
 from tuner_tui.engine import protocol
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
-from tuner_tui.engine.runner import NextWorker, TrialPlan, WorkerStartError, run_one, start_worker
+from tuner_tui.engine.runner import (NextWorker, OptimizerStepWarmup, TrialPlan, WorkerStartError,
+                                     run_one, start_worker)
 
 DIED = "the worker process died"
 """The start of the message `run_one` gives a trial whose worker died under it."""
@@ -31,6 +32,13 @@ class TrialExecutor(Protocol):
             reference_dir: str | None) -> TrialResult:
         """One trial, always answered with a row (never an exception for the trial's faults)."""
 
+    def warm_optimizer_steps(self, variants: tuple[tuple[str, str], ...]) -> None:
+        """Compile torchao's AdamW steps for these (weights, optimizer_state) pairs, in turn,
+        beside the trials (`runner.OptimizerStepWarmup`)."""
+
+    def optimizer_steps_compiled(self) -> dict[tuple[str, str], float | None]:
+        """Those compiled so far: the seconds each took (None: it failed)."""
+
     def close(self) -> None:
         """Stop every worker still up."""
 
@@ -39,6 +47,14 @@ class WorkerExecutor:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         self._next = NextWorker(spec)
+        self._warmup: OptimizerStepWarmup | None = None
+
+    def warm_optimizer_steps(self, variants: tuple[tuple[str, str], ...]) -> None:
+        if self._warmup is None and variants:
+            self._warmup = OptimizerStepWarmup(self.spec, variants)
+
+    def optimizer_steps_compiled(self) -> dict[tuple[str, str], float | None]:
+        return self._warmup.done() if self._warmup is not None else {}
 
     def start(self) -> protocol.WorkerReady:
         client, ready = start_worker(self.spec)
@@ -65,8 +81,11 @@ class WorkerExecutor:
         except WorkerStartError as exc:
             return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
                                message=f"the worker did not start: {exc}")
-        # The next trial's worker starts now; this trial's measured steps wait until it is up.
+        # The next trial's worker starts now; this trial's measured steps wait until it is up,
+        # and the optimizer steps' worker too, where it is still starting.
         self._next.begin(client)
+        if self._warmup is not None:
+            self._warmup.hold_until_started(client)
         try:
             return run_one(client, config, plan, reference, progress,
                            stop_if_slower_than_ms=stop_ms, reference_dir=reference_dir)
@@ -75,6 +94,8 @@ class WorkerExecutor:
 
     def close(self) -> None:
         self._next.close()
+        if self._warmup is not None:
+            self._warmup.close()
 
 
 def error_row(config: TuneConfig, exc: BaseException) -> TrialResult:

@@ -55,6 +55,8 @@ def assemble(search) -> SearchOutcome:
         remeasure_note="; ".join(n for n in notes if n),
         timeline=[e.to_dict() for e in search.timeline],
         startup=dict(getattr(search, "startup", {})),
+        optimizer_steps=warming.to_dict() if (warming := getattr(
+            getattr(search, "times", None), "warming", None)) is not None else {},
     )
     try:
         outcome.reason = explain(outcome)

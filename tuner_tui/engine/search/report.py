@@ -67,6 +67,9 @@ class SearchOutcome:
     startup: dict = field(default_factory=dict)
     """When the first worker was ready ("ready_s", s from the search's start) and how long each
     part of its start took (`protocol.WorkerReady.startup_s`)."""
+    optimizer_steps: dict = field(default_factory=dict)
+    """torchao's AdamW steps compiled beside the trials (`warming.py`): each (weights, state)
+    pair compiled, and the seconds it took (None: its compile failed)."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -311,6 +314,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "elapsed_s": outcome.elapsed_s,
         "timeline": outcome.timeline,
         "startup": outcome.startup,
+        "optimizer_steps_compiled": outcome.optimizer_steps,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass, field
+from typing import Callable
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import OUTSIDE_GRAPH_KEYS
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS
 from tuner_tui.engine.search.space import steps_with_torchao
+from tuner_tui.engine.search.warming import StepWarming
 
 START_S = {"cuda": 6.0, "cpu": 3.0}
 """A worker's start, build and teardown that the next worker's head start does not hide."""
@@ -137,6 +139,10 @@ class TrialTimes:
     """Whether a trial of this search has stepped with torchao's AdamW (its step compiled)."""
     parameter_shapes: int = 0
     """The model's distinct parameter shapes, as a worker counted them (0: not yet)."""
+    warming: StepWarming | None = None
+    """torchao's steps compiled beside the trials, where they are (`warming.py`)."""
+    now: Callable[[], float] | None = None
+    """Seconds into the search, where `warming` is set."""
 
     def observe(self, config: TuneConfig, result: TrialResult, wall_s: float) -> None:
         """A trial ended after `wall_s` seconds: what its parts took."""
@@ -200,14 +206,29 @@ class TrialTimes:
         seen = max(statistics.median(times) for times in self.compiles.values())
         return max(0.0, seen - self.first_step_s(config, 0.0))
 
-    def one_time_s(self, config: TuneConfig) -> float:
+    def torchao_first_s(self) -> float:
+        """torchao's step compile in the first trial that steps with it."""
+        device = self.device if self.device in TORCHAO_FIRST_S else "cuda"
+        base, per_shape = TORCHAO_PER_SHAPE_S[device]
+        return max(TORCHAO_FIRST_S[device], base + per_shape * self.parameter_shapes)
+
+    def one_time_s(self, config: TuneConfig, worst: bool = False) -> float:
         """What a trial of `config` would pay once for the whole search: torchao's step compile,
-        in the first trial that steps with it."""
-        if steps_with_torchao(config) and not self.torchao_compiled:
-            device = self.device if self.device in TORCHAO_FIRST_S else "cuda"
-            base, per_shape = TORCHAO_PER_SHAPE_S[device]
-            return max(TORCHAO_FIRST_S[device], base + per_shape * self.parameter_shapes)
-        return 0.0
+        in the first trial that steps with it; where the optimizer steps' worker compiles it
+        beside the trials, what is left of that compile when the trial starts now (`worst`:
+        all of it, until the worker has reported it: what a trial's timeout allows for)."""
+        if not steps_with_torchao(config) or self.torchao_compiled:
+            return 0.0
+        full = self.torchao_first_s()
+        warming, variant = self.warming, (config.weights, config.optimizer_state)
+        if warming is None or self.now is None:
+            return full
+        if warming.is_compiled(variant):
+            return 0.0
+        ready = warming.ready_s(variant, full)
+        if worst or ready is None:
+            return full
+        return min(full, max(0.0, ready - self.now()))
 
     def trial_s(self, config: TuneConfig, step_s: float | None, steps: int | None = None,
                 cached: bool = False) -> float:
