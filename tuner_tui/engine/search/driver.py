@@ -183,7 +183,6 @@ class Search:
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
         self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps,
                                 default_batch=self.default_batch)
-        self._warm_optimizer_steps()
         self.strategy = self.make_strategy(self) if self.make_strategy else AnytimeSearch(
             self.space, ctx, items_per_sample=self.workload.get("items_per_sample") or 1,
             budget_bytes=self.budget_bytes, device_bytes=device, priors=self.priors,
@@ -199,6 +198,7 @@ class Search:
         for key in self.space.held:
             self.say(f"not searched: {key}, which would train this model differently: "
                      f"{changes_training[key]} (--search {key}=... tries it anyway)")
+        self._warm_optimizer_steps()
 
     def _warm_optimizer_steps(self) -> None:
         """On one GPU, torchao's AdamW steps compiled beside the trials (`warming.py`)."""
