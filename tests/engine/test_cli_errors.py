@@ -358,6 +358,7 @@ def test_a_default_batch_that_does_not_divide_is_refused_before_any_run(gputune,
         ("GPUTUNE_WORKLOAD_TIMEOUT", "inf", ["GPUTUNE_WORKLOAD_TIMEOUT is 'inf'", "up to 86400"]),
         ("GPUTUNE_FAST_LAUNCH", "no", ["GPUTUNE_FAST_LAUNCH is 'no'", "1", "0"]),
         ("GPUTUNE_NATIVE", "of", ["GPUTUNE_NATIVE is 'of'", "1", "0"]),
+        ("GPUTUNE_OPTIMIZER_WARMUP", "off", ["GPUTUNE_OPTIMIZER_WARMUP is 'off'", "1", "0"]),
     ],
 )
 def test_a_bad_kernel_environment_variable_is_refused_up_front(cli, monkeypatch, name, value, words):

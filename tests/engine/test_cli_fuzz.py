@@ -143,6 +143,7 @@ knob_values = (st.text(max_size=30) | st.integers(-(2**70), 2**70).map(str)
 @FUZZ
 @given(env=st.dictionaries(st.sampled_from(["GPUTUNE_PARTIAL_SUMS", "GPUTUNE_LCE_CHUNK_ROWS",
                                             "GPUTUNE_FAST_LAUNCH", "GPUTUNE_NATIVE",
+                                            kernel_knobs.OPTIMIZER_WARMUP_ENV,
                                             kernel_knobs.WORKLOAD_TIMEOUT_ENV]),
                            knob_values, max_size=3))
 def test_gputune_variables(capsys, env):

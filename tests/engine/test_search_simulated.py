@@ -518,6 +518,12 @@ def test_torchao_s_steps_compiled_beside_the_trials_spare_the_trial_that_steps_w
     assert spared >= searches // 2, (spared, searches)  # 32 of 40 when written
 
 
+def test_gputune_optimizer_warmup_0_leaves_each_trial_to_compile_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUTUNE_OPTIMIZER_WARMUP", "0")
+    outcome, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path, FIVE_MINUTES)
+    assert executor.warm_ready == {} and outcome.optimizer_steps == {}
+
+
 def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tmp_path):
     """Two models on one machine (the levers' true effects shared): the second search, given
     the first's store, ends closer to its optimum in two minutes than without it, and more of

@@ -24,6 +24,14 @@ WORKLOAD_TIMEOUT_S = 240.0
 function that loads a large model from disk may take minutes, one that never returns must not
 hang gputune."""
 MAX_WORKLOAD_TIMEOUT_S = 86400.0
+OPTIMIZER_WARMUP_ENV = "GPUTUNE_OPTIMIZER_WARMUP"
+"""0 keeps `tune` from compiling torchao's optimizer steps beside its trials
+(`runner.OptimizerStepWarmup`); 1, the default, lets it."""
+
+
+def optimizer_warmup(environ=os.environ) -> bool:
+    """Whether `tune` compiles torchao's optimizer steps beside its trials."""
+    return environ.get(OPTIMIZER_WARMUP_ENV, "1") != "0"
 
 
 def _shown(text: str) -> str:
@@ -67,6 +75,10 @@ def problems(environ=os.environ) -> list[str]:
     if native is not None and native not in ("0", "1"):
         out.append(f"GPUTUNE_NATIVE is {_shown(native)}; allowed: 1 (the C++ autograd nodes) or 0 "
                    "(the Python path)")
+    warmup = environ.get(OPTIMIZER_WARMUP_ENV)
+    if warmup is not None and warmup not in ("0", "1"):
+        out.append(f"{OPTIMIZER_WARMUP_ENV} is {_shown(warmup)}; allowed: 1 (tune compiles "
+                   "torchao's optimizer steps beside its trials) or 0 (each trial compiles its own)")
     timeout = environ.get(WORKLOAD_TIMEOUT_ENV, "").strip()
     if timeout and _seconds(timeout) is None:
         out.append(f"{WORKLOAD_TIMEOUT_ENV} is {_shown(timeout)}; allowed: a number of seconds "

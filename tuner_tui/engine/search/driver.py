@@ -34,6 +34,7 @@ from strategies.applicability import inapplicable_options, training_changing_opt
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
 from tuner_tui import format as fmt
+from tuner_tui.engine import kernel_knobs
 from tuner_tui.engine.paths import compile_cache_environ
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult
@@ -201,8 +202,10 @@ class Search:
         self._warm_optimizer_steps()
 
     def _warm_optimizer_steps(self) -> None:
-        """On one GPU, torchao's AdamW steps compiled beside the trials (`warming.py`)."""
-        if self.caps.device != "cuda" or self.space.devices != 1:
+        """On one GPU, torchao's AdamW steps compiled beside the trials (`warming.py`), unless
+        $GPUTUNE_OPTIMIZER_WARMUP is 0."""
+        if self.caps.device != "cuda" or self.space.devices != 1 \
+                or not kernel_knobs.optimizer_warmup():
             return
         variants = optimizer_step_variants(self.space, self.plan.max_memory_bytes is not None)
         if not variants:
