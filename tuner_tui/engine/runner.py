@@ -56,16 +56,23 @@ def start_timeout_s() -> float:
     return kernel_knobs.workload_timeout_s() + 120.0
 
 
+def wait_ready(client: WorkerClient, timeout: float) -> protocol.Event | None:
+    """The started worker's `WorkerReady`, or its `RunFailed`, or None if neither came (each
+    wait up to `timeout`) before it went quiet or died."""
+    event = client.wait_event(timeout)
+    while event is not None and not isinstance(event, (protocol.WorkerReady,
+                                                       protocol.RunFailed)):
+        event = client.wait_event(timeout)
+    return event
+
+
 def start_worker(spec: WorkerSpec,
                  timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
     timeout = start_timeout_s() if timeout is None else timeout
     client = WorkerClient(spec)
     try:
         client.start()
-        event = client.wait_event(timeout)
-        while event is not None and not isinstance(event, (protocol.WorkerReady,
-                                                           protocol.RunFailed)):
-            event = client.wait_event(timeout)
+        event = wait_ready(client, timeout)
     except BaseException:  # interrupted while it starts: ended here, not left to the exit
         client.end_now()
         raise
@@ -115,11 +122,7 @@ class NextWorker:
 
         def watch() -> None:
             try:
-                event = client.wait_event(self.start_timeout)
-                while event is not None and not isinstance(
-                    event, (protocol.WorkerReady, protocol.RunFailed)
-                ):
-                    event = client.wait_event(self.start_timeout)
+                event = wait_ready(client, self.start_timeout)
                 if isinstance(event, protocol.WorkerReady):
                     self._ready = event
             finally:
@@ -198,10 +201,7 @@ class OptimizerStepWarmup:
     def _run(self) -> None:
         client = self._client
         try:
-            event = client.wait_event(self._timeout)
-            while event is not None and not isinstance(
-                    event, (protocol.WorkerReady, protocol.RunFailed)):
-                event = client.wait_event(self._timeout)
+            event = wait_ready(client, self._timeout)
             self.started.set()
             if not isinstance(event, protocol.WorkerReady):
                 return
