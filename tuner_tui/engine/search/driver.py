@@ -138,6 +138,8 @@ class Search:
         finally:
             try:
                 self._optimizer_steps_reported()
+            except Exception:  # what it compiled is a note; the report must be written
+                pass
             finally:
                 self.executor.close()
         return assemble(self)
