@@ -26,7 +26,7 @@
 #             compile + fused AdamW, twice, with transformers' own SDPA as a user's script
 #             builds the model                                                     ~8 min
 # MINUTES is tune's --budget-minutes (default 5). Results land in $OUT: the tune JSON (with
-# its time line), its log, the hand recipe's JSON and log, nvidia-smi's line.
+# its time line), its log and its workers' log, the hand recipe's JSON and log, nvidia-smi's line.
 set -uo pipefail
 section=${1:-}; minutes=${2:-5}
 case "$section" in gpt2|gpt2in|hf|hf16|hf24|llama16|llama24|vision) ;; *)
@@ -44,6 +44,10 @@ tune() {  # tune NAME WORKLOAD [FLAGS...]
   gputune tune --workload "$workload" --device cuda --budget-minutes "$minutes" "$@" \
     --out "$OUT/tune-$name.toml" --json "$OUT/tune-$name.json" > "$OUT/tune-$name.log" 2>&1
   echo "tune exit $?, wall $(( $(date +%s) - start )) s" | tee -a "$OUT/tune-$name.log"
+  # The workers' own log (every worker of the search, the optimizer steps' one too), which
+  # otherwise stays on the machine: its last 2 MB.
+  local log; log=$(ls -t "$GPUTUNE_HOME"/runs/*-tune-*/worker.log 2>/dev/null | head -1)
+  [ -n "$log" ] && tail -c 2000000 "$log" > "$OUT/tune-$name-worker.log"
   grep -v "^\[" "$OUT/tune-$name.log" | tail -22
 }
 merge_hand() {  # the hand recipes' JSONs as one file {run: result}: a call brings back 8 files

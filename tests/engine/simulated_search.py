@@ -72,6 +72,9 @@ class OracleExecutor:
     def optimizer_steps_compiled(self) -> dict:
         return {v: 1.0 for v, t in self.warm_ready.items() if t <= self.clock.now}
 
+    def optimizer_steps_notes(self) -> tuple[str, ...]:
+        return ()
+
     def _torchao_compile_s(self, r) -> float:
         """torchao's step compile: the first such eager trial's first step took 9-43 s on the
         H200 hosts (median 26 s, 33 searches), later ones 2-5 s; once per shape, EfficientNet-B0's

@@ -158,6 +158,9 @@ class Raising:
     def optimizer_steps_compiled(self):
         return self.inner.optimizer_steps_compiled()
 
+    def optimizer_steps_notes(self):
+        return self.inner.optimizer_steps_notes()
+
     def run(self, config, *args):
         self.count += 1
         if self.count % self.every == 0:

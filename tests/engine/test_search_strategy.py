@@ -697,6 +697,24 @@ def test_a_trial_plans_only_what_is_left_of_a_step_compile_made_beside_the_trial
                                        "bf16 weights + bf16 state": None}
 
 
+def test_the_report_says_what_the_optimizer_steps_worker_compiled_and_what_went_wrong():
+    """A worker that never compiled anything is not silent: the line names each pair it
+    compiled, failed or never reached, and why (its notes)."""
+    from tuner_tui.engine.search.warming import StepWarming
+
+    warming = StepWarming((("bf16", "fp32"), ("bf16", "8bit"), ("fp32", "bf16")), 0.0)
+    warming.report({("bf16", "fp32"): 14.6, ("bf16", "8bit"): None}, 90.0,
+                   ("11 s: the worker did not start: CUDA error: out of memory",))
+    line = warming.summary()
+    assert "compiled bf16 weights + fp32 state in 15 s" in line
+    assert "failed: bf16 weights + 8bit state" in line
+    assert "not reached: fp32 weights + bf16 state" in line
+    assert line.endswith("11 s: the worker did not start: CUDA error: out of memory")
+    nothing = StepWarming((("bf16", "fp32"),), 0.0)
+    nothing.report({}, 300.0, ())
+    assert "compiled none; not reached: bf16 weights + fp32 state" in nothing.summary()
+
+
 def test_a_move_that_only_costs_speed_is_not_tried_from_the_best_configuration():
     """Seen on an H100: with no memory budget binding, ResNet-50's search spent 56 s of its five
     minutes on its best configuration with selective checkpointing (16% slower; in simulation,

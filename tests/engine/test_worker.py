@@ -340,14 +340,19 @@ def test_optimizer_steps_compiled_by_a_worker_of_their_own_are_the_trial_s_own(t
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu", environ=tuple(env.items()))
     variants = (("fp32", "bf16"), ("fp64", "bf16"))  # the second: no such weights
     warmup = runner.OptimizerStepWarmup(spec, variants)
+    seen = set()
     try:
         deadline = time.monotonic() + 240
         while len(warmup.done()) < len(variants) and time.monotonic() < deadline:
+            seen.update(warmup.what_happened())
             time.sleep(0.5)
         done = warmup.done()
     finally:
         warmup.close()
     assert warmup.started.is_set()
+    assert any("the worker is compiling fp32 weights + bf16 state, for" in n for n in seen)
+    notes = warmup.what_happened()  # the failed pair, said; nothing is compiling any more
+    assert len(notes) == 1 and "could not compile fp64 weights + bf16 state" in notes[0]
     assert done[("fp32", "bf16")] > 0 and done[("fp64", "bf16")] is None  # failed, reported
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ran = subprocess.run([sys.executable, "-c", STEP_FROM_CACHE], capture_output=True, text=True,
@@ -355,3 +360,74 @@ def test_optimizer_steps_compiled_by_a_worker_of_their_own_are_the_trial_s_own(t
     assert ran.returncode == 0, ran.stderr[-2000:]
     inductor = json.loads(ran.stdout.strip().splitlines()[-1])
     assert inductor.get("fxgraph_cache_hit", 0) > 0 and not inductor.get("fxgraph_cache_miss")
+
+
+def test_the_optimizer_steps_worker_that_dies_is_started_again_for_the_pairs_left(monkeypatch):
+    """A worker that dies (killed here, as the kernel's OOM killer or a CUDA fault would) is
+    noted with the pair it was compiling, which is not tried again; a fresh worker takes the
+    pairs left, and its start holds the trials' measurements like the first one's."""
+    from tuner_tui.engine import runner
+
+    monkeypatch.setattr(runner.OptimizerStepWarmup, "RESTART_AFTER_S", 0.2)
+    variants = (("bf16", "fp32"), ("bf16", "bf16"))
+    warmup = runner.OptimizerStepWarmup(WorkerSpec(workload="gpt2-tiny", device="cpu"), variants)
+    killed, held_again = [], False
+    try:
+        deadline = time.monotonic() + 120
+        while len(killed) < 2 and time.monotonic() < deadline:
+            held_again = held_again or (len(killed) == 1 and not warmup.started.is_set())
+            client = warmup._client
+            if warmup.started.is_set() and client.is_alive() and client not in killed:
+                os.kill(client.pid, signal.SIGKILL)
+                killed.append(client)
+            time.sleep(0.05)
+        warmup._thread.join(timeout=60)
+    finally:
+        warmup.close()
+    assert len(killed) == 2 and held_again  # the second, a fresh worker, held trials as it started
+    assert warmup.done() == {("bf16", "fp32"): None, ("bf16", "bf16"): None}
+    notes = warmup.what_happened()
+    assert len(notes) == 2 and all("died (exit code -9) while compiling" in n for n in notes)
+    assert "bf16 weights + fp32 state" in notes[0] and "bf16 weights + bf16 state" in notes[1]
+
+
+def test_an_optimizer_steps_worker_that_cannot_start_is_noted_and_not_started_again(monkeypatch):
+    """A start that fails for good (an invalid workload) is said once, in the notes the report
+    prints; nothing waits on it."""
+    from tuner_tui.engine import runner
+
+    monkeypatch.setattr(runner.OptimizerStepWarmup, "RESTART_AFTER_S", 0.2)
+    warmup = runner.OptimizerStepWarmup(WorkerSpec(workload="nosuch", device="cpu"),
+                                        (("bf16", "fp32"),))
+    try:
+        warmup._thread.join(timeout=60)
+    finally:
+        warmup.close()
+    assert warmup.started.is_set() and warmup.done() == {}
+    notes = warmup.what_happened()
+    assert len(notes) == 1 and "did not start: unknown workload 'nosuch'" in notes[0]
+
+
+def test_a_pair_that_runs_out_of_memory_is_tried_once_more_after_the_others():
+    """On a GPU a trial beside the optimizer steps' worker can fill the memory for a while: a
+    pair that ran out of it is compiled again after the others, the rest are not."""
+    import torch
+
+    from tuner_tui.engine import optimizer_steps, workloads
+
+    workload = workloads.load("gpt2-tiny")
+    calls = []
+
+    def build():  # the pairs in order (fp32's, bf16's), then fp32's once more
+        calls.append(len(calls))
+        if len(calls) == 2:
+            raise ValueError("no such layer")
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    workload.build_model = build
+    reported = []
+    optimizer_steps.compile_all(workload, "cpu", (("fp32", "bf16"), ("bf16", "bf16")),
+                                lambda *done: reported.append(done), retry_after_s=0.0)
+    assert [(w, s) for w, s, _, _ in reported] == [("bf16", "bf16"), ("fp32", "bf16")]
+    assert len(calls) == 3  # the out-of-memory one twice, the other once
+    assert "no such layer" in reported[0][3] and "out of memory" in reported[1][3]

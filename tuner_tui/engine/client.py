@@ -38,19 +38,25 @@ def _worker_entry(spec: WorkerSpec, commands, events, quiet) -> None:
     run_worker(spec, commands, events, quiet)
 
 
+_STDERR_SWAP = threading.RLock()
+"""Workers are spawned from more than one thread (the optimizer steps' worker starts again from
+its own): one swap of sys.stderr at a time, or one could put back the other's."""
+
+
 @contextlib.contextmanager
 def _real_stderr():
     """Inside a running Textual app sys.stderr is a capture object whose fileno() is -1, and
     multiprocessing's resource tracker passes that fd to the child ("bad value(s) in
     fds_to_keep"). Spawning with the process's real stderr avoids it."""
-    saved = sys.stderr
-    real = sys.__stderr__
-    try:
-        if real is not None:
-            sys.stderr = real
-        yield
-    finally:
-        sys.stderr = saved
+    with _STDERR_SWAP:
+        saved = sys.stderr
+        real = sys.__stderr__
+        try:
+            if real is not None:
+                sys.stderr = real
+            yield
+        finally:
+            sys.stderr = saved
 
 
 TRACKER_LEAK_WARNING = "ignore:resource_tracker:UserWarning"

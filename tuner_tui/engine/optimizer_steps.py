@@ -12,13 +12,15 @@ shape, dtype, stride) of the model's parameters as the trial will hold them (the
 as `strategies.weights` casts them, on a copy of the model built on the meta device), in
 groups with the workload's own hyperparameters, through the optimizer `strategies.optimizer`
 builds. The compiled graphs are then the trial's own; the stand-ins take the memory of one
-parameter of each shape.
+parameter of each shape, and are given back to the GPU after each pair: a trial beside this
+worker may need all of it.
 """
 
 from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 
@@ -64,3 +66,32 @@ def compile_steps(workload, device: str, weights: str, state: str) -> tuple[floa
     except Exception as exc:  # a model that will not build on the meta device, a user's optimizer
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"
     return time.perf_counter() - started, ""
+
+
+OOM_RETRY_S = 20.0
+"""How long a pair that ran out of GPU memory waits for its one more try: the trial beside it
+that filled the GPU (an fp32 baseline that itself runs out of memory) has ended by then."""
+
+
+def compile_all(workload, device: str, variants, report: Callable[[str, str, float, str], None],
+                retry_after_s: float = OOM_RETRY_S) -> None:
+    """Each (weights, state) pair of `variants` compiled in turn (`compile_steps`), then
+    `report(weights, state, seconds, error)`; a pair that ran out of memory is tried once
+    more, `retry_after_s` after the others, before it is reported."""
+    again = []
+    for weights, state in variants:
+        seconds, error = _compile_and_free(workload, device, weights, state)
+        if "out of memory" in error.lower():
+            again.append((weights, state))
+            continue
+        report(weights, state, seconds, error)
+    for weights, state in again:
+        time.sleep(retry_after_s)
+        report(weights, state, *_compile_and_free(workload, device, weights, state))
+
+
+def _compile_and_free(workload, device: str, weights: str, state: str) -> tuple[float, str]:
+    done = compile_steps(workload, device, weights, state)
+    if device == "cuda":  # the stand-ins are gone with compile_steps' frame: their memory too
+        torch.cuda.empty_cache()
+    return done

@@ -176,21 +176,37 @@ class OptimizerStepWarmup:
 
     Its start, like the next trial's worker's, is kept out of every measurement: a trial run
     while it starts holds its measured steps until it is up (`hold_until_started`). Its compile
-    then runs beside the trials' measurements, on CPU cores they leave idle."""
+    then runs beside the trials' measurements, on CPU cores they leave idle.
+
+    A worker that could not start or died is started again, up to `START_ATTEMPTS` in all,
+    `RESTART_AFTER_S` apart, for the pairs not yet compiled: a trial beside it can fill the GPU
+    for a while (an fp32 baseline that runs out of memory), and a CUDA context cannot be made
+    then. What happened to it is kept in `notes`, for the report."""
+
+    START_ATTEMPTS = 3
+    RESTART_AFTER_S = 15.0
 
     def __init__(self, spec: WorkerSpec, variants: tuple[tuple[str, str], ...],
                  start_timeout: float | None = None) -> None:
+        self.spec = spec
         self.variants = variants
         self.compiled: dict[tuple[str, str], float | None] = {}
         """(weights, state) -> seconds its compile took; None where it failed."""
+        self.notes: list[str] = []
+        """What went wrong with the worker, in order: a start that failed, a death."""
         self.started = threading.Event()
-        """Set once the worker is up, or could not start."""
+        """Set while no start of this worker is under way (it is up, or could not start)."""
         self._timeout = start_timeout_s() if start_timeout is None else start_timeout
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._since = time.monotonic()
+        self._busy_since: float | None = None
+        """When the worker began the pair it compiles now (None: it compiles none)."""
         self._client = WorkerClient(spec)
         try:
             self._client.start()
-        except Exception:  # no head start for torchao then: each trial compiles its own
+        except Exception as exc:  # no head start for torchao then: each trial compiles its own
+            self._note(f"could not be started: {type(exc).__name__}: {exc}")
             self.started.set()
             self._thread = None
             return
@@ -198,28 +214,97 @@ class OptimizerStepWarmup:
                                         daemon=True)
         self._thread.start()
 
+    def _note(self, what: str) -> None:
+        with self._lock:
+            self.notes.append(f"{time.monotonic() - self._since:.0f} s: the worker {what}")
+
     def _run(self) -> None:
-        client = self._client
-        try:
-            event = wait_ready(client, self._timeout)
-            self.started.set()
-            if not isinstance(event, protocol.WorkerReady):
-                return
-            client.send(protocol.CompileOptimizerSteps(self.variants))
-            while len(self.compiled) < len(self.variants) and client.is_alive():
-                event = client.wait_event(1.0)
-                if isinstance(event, protocol.OptimizerStepsCompiled):
-                    with self._lock:
-                        self.compiled[(event.weights, event.state)] = (
-                            None if event.error else event.seconds)
-        finally:
-            self.started.set()
-            client.stop()
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            if attempt > 1:
+                if self._closed.wait(self.RESTART_AFTER_S) or not self._restart():
+                    break
+            try:
+                finished = self._compile_in(self._client)
+            finally:
+                self.started.set()
+                self._client.stop()
+            if finished or self._closed.is_set():
+                break
+
+    def _restart(self) -> bool:
+        """A fresh worker for the pairs left; False where none could be spawned."""
+        with self._lock:  # (spawned under the lock: `close` ends it, never one half made)
+            if self._closed.is_set():
+                return False
+            self.started.clear()
+            self._client = WorkerClient(self.spec)
+            try:
+                self._client.start()
+            except Exception as exc:
+                spawn_failed = f"{type(exc).__name__}: {exc}"
+            else:
+                return True
+        self._note(f"could not be started again: {spawn_failed}")
+        self.started.set()
+        return False
+
+    def _compile_in(self, client: WorkerClient) -> bool:
+        """The pairs not yet compiled, compiled in `client`; True once none is left, the search
+        ended or a start failed for good; False where it is worth starting again (the worker
+        ran out of GPU memory as it started, or died)."""
+        event = wait_ready(client, self._timeout)
+        self.started.set()
+        if not isinstance(event, protocol.WorkerReady):
+            why = event.message if isinstance(event, protocol.RunFailed) else (
+                "was not ready in time" if client.is_alive() else "died while starting")
+            self._note(f"did not start: {why}")
+            # Only a start the GPU's memory or a death stopped is tried again: an invalid
+            # workload stays invalid.
+            return isinstance(event, protocol.RunFailed) and "out of memory" not in why.lower()
+        left = tuple(v for v in self.variants if v not in self.compiled)
+        client.send(protocol.CompileOptimizerSteps(left))
+        self._busy_since = time.monotonic()
+        while len(self.compiled) < len(self.variants) and not self._closed.is_set():
+            event = client.wait_event(1.0)
+            if isinstance(event, protocol.OptimizerStepsCompiled):
+                with self._lock:
+                    self.compiled[(event.weights, event.state)] = (
+                        None if event.error else event.seconds)
+                    self._busy_since = time.monotonic()
+                if event.error:
+                    self._note(f"could not compile {event.weights} weights + {event.state} "
+                               f"state: {event.error.splitlines()[0][:200]}")
+            elif event is None and not client.is_alive():
+                break
+        self._busy_since = None
+        left = [v for v in self.variants if v not in self.compiled]
+        if not left or self._closed.is_set():
+            return True
+        # It died on the first pair left (they compile in order): that one is not tried again.
+        code = client.process.exitcode if client.process is not None else None
+        with self._lock:
+            self.compiled[left[0]] = None
+        self._note(f"died (exit code {code}) while compiling {left[0][0]} weights + "
+                   f"{left[0][1]} state")
+        return len(left) == 1
 
     def done(self) -> dict[tuple[str, str], float | None]:
         """The variants compiled so far (seconds; None where it failed)."""
         with self._lock:
             return dict(self.compiled)
+
+    def what_happened(self) -> tuple[str, ...]:
+        """The notes, and the pair the worker is compiling now, since when (a compile starved
+        of CPU, or hung, reads differently from a worker that failed)."""
+        with self._lock:
+            notes = list(self.notes)
+            left = [v for v in self.variants if v not in self.compiled]
+            busy = self._busy_since
+        if left and busy is not None:
+            now = time.monotonic()
+            notes.append(f"{now - self._since:.0f} s: the worker is compiling {left[0][0]} "
+                         f"weights + {left[0][1]} state, for {now - busy:.0f} s so far")
+        return tuple(notes)
 
     def hold_until_started(self, current: WorkerClient) -> None:
         """`current`'s measured steps wait until this worker is up (or could not start)."""
@@ -234,8 +319,11 @@ class OptimizerStepWarmup:
         threading.Thread(target=release, name="gputune-hold", daemon=True).start()
 
     def close(self) -> None:
-        """Stop the worker, where it still compiles."""
-        self._client.end_now()
+        """Stop the worker, where it still compiles or waits to start again."""
+        with self._lock:
+            self._closed.set()
+            client = self._client
+        client.end_now()
         if self._thread is not None:
             self._thread.join(timeout=3.0)
         self.started.set()

@@ -509,10 +509,10 @@ class Worker:
         from tuner_tui.engine import optimizer_steps
 
         os.nice(19)  # the compile pool it starts inherits it
-        for weights, state in variants:
-            seconds, error = optimizer_steps.compile_steps(self.workload, self.device, weights,
-                                                           state)
-            self.emit(protocol.OptimizerStepsCompiled(weights, state, round(seconds, 3), error))
+        optimizer_steps.compile_all(
+            self.workload, self.device, variants,
+            lambda weights, state, seconds, error: self.emit(protocol.OptimizerStepsCompiled(
+                weights, state, round(seconds, 3), error)))
 
     def handle(self, cmd) -> bool:
         """Returns False when the worker should exit."""

@@ -137,7 +137,7 @@ class Search:
                       "measured so far are reported")
         finally:
             try:
-                self._optimizer_steps_reported()
+                self._optimizer_steps_reported(last=True)
             except Exception:  # what it compiled is a note; the report must be written
                 pass
             finally:
@@ -218,10 +218,13 @@ class Search:
         self.say("compiling torchao's AdamW step beside the trials, for "
                  + ", ".join(variant_label(v) for v in variants))
 
-    def _optimizer_steps_reported(self) -> None:
+    def _optimizer_steps_reported(self, last: bool = False) -> None:
         warming = self.times.warming
         if warming is not None:
-            warming.report(self.executor.optimizer_steps_compiled(), self.elapsed())
+            warming.report(self.executor.optimizer_steps_compiled(), self.elapsed(),
+                           self.executor.optimizer_steps_notes())
+            if last:
+                self.say(warming.summary())
 
     def _store_pairs(self):
         """What this machine's store has measured of each lever, on any workload."""

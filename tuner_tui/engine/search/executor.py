@@ -39,6 +39,10 @@ class TrialExecutor(Protocol):
     def optimizer_steps_compiled(self) -> dict[tuple[str, str], float | None]:
         """Those compiled so far: the seconds each took (None: it failed)."""
 
+    def optimizer_steps_notes(self) -> tuple[str, ...]:
+        """What happened to the worker that compiles them: a failed start, a death, the pair
+        it is compiling now."""
+
     def close(self) -> None:
         """Stop every worker still up."""
 
@@ -55,6 +59,9 @@ class WorkerExecutor:
 
     def optimizer_steps_compiled(self) -> dict[tuple[str, str], float | None]:
         return self._warmup.done() if self._warmup is not None else {}
+
+    def optimizer_steps_notes(self) -> tuple[str, ...]:
+        return self._warmup.what_happened() if self._warmup is not None else ()
 
     def start(self) -> protocol.WorkerReady:
         client, ready = start_worker(self.spec)

@@ -57,6 +57,7 @@ def assemble(search) -> SearchOutcome:
         startup=dict(getattr(search, "startup", {})),
         optimizer_steps=warming.to_dict() if (warming := getattr(
             getattr(search, "times", None), "warming", None)) is not None else {},
+        optimizer_steps_notes=list(warming.notes) if warming is not None else [],
     )
     try:
         outcome.reason = explain(outcome)

@@ -70,6 +70,9 @@ class SearchOutcome:
     optimizer_steps: dict = field(default_factory=dict)
     """torchao's AdamW steps compiled beside the trials (`warming.py`): each (weights, state)
     pair compiled, and the seconds it took (None: its compile failed)."""
+    optimizer_steps_notes: list = field(default_factory=list)
+    """What happened to the worker that compiled them: a failed start, a death, the pair it was
+    still compiling when the search ended."""
 
     def baseline(self) -> TrialResult | None:
         return next((r for r in self.results if r.status == "ok" and is_fp32_eager(r)), None)
@@ -315,6 +318,7 @@ def write_json(path: str | os.PathLike, outcome: SearchOutcome) -> None:
         "timeline": outcome.timeline,
         "startup": outcome.startup,
         "optimizer_steps_compiled": outcome.optimizer_steps,
+        "optimizer_steps_notes": outcome.optimizer_steps_notes,
     }
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 

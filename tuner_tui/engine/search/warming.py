@@ -59,12 +59,30 @@ class StepWarming:
         """When the compile of the first pair not yet reported began (expected)."""
         self.compiled: dict[tuple[str, str], float | None] = {}
         """Reported: seconds taken, or None where the compile failed."""
+        self.notes: tuple[str, ...] = ()
+        """What happened to the worker (`runner.OptimizerStepWarmup.what_happened`)."""
 
-    def report(self, compiled: dict[tuple[str, str], float | None], now_s: float) -> None:
-        """What the worker has compiled by `now_s`."""
+    def report(self, compiled: dict[tuple[str, str], float | None], now_s: float,
+               notes: tuple[str, ...] = ()) -> None:
+        """What the worker has compiled by `now_s`, and what went wrong with it."""
+        self.notes = tuple(notes)
         if len(compiled) > len(self.compiled):
             self.compiled = dict(compiled)
             self.since_s = now_s
+
+    def summary(self) -> str:
+        """One line for the report: each pair compiled and in how long, or why not."""
+        done = [f"{variant_label(v)} in {s:.0f} s" for v, s in self.compiled.items()
+                if s is not None]
+        failed = [variant_label(v) for v, s in self.compiled.items() if s is None]
+        never = [variant_label(v) for v in self.variants if v not in self.compiled]
+        parts = [f"compiled {', '.join(done)}" if done else "compiled none"]
+        if failed:
+            parts.append(f"failed: {', '.join(failed)}")
+        if never:
+            parts.append(f"not reached: {', '.join(never)}")
+        line = "torchao's AdamW steps beside the trials: " + "; ".join(parts)
+        return line + "".join(f"; {note}" for note in self.notes)
 
     def to_dict(self) -> dict[str, float | None]:
         """Each pair compiled: the seconds it took (None: it failed)."""
