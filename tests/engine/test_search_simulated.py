@@ -523,8 +523,25 @@ def test_torchao_s_steps_compiled_beside_the_trials_spare_the_trial_that_steps_w
 
 def test_gputune_optimizer_warmup_0_leaves_each_trial_to_compile_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUTUNE_OPTIMIZER_WARMUP", "0")
-    outcome, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path, FIVE_MINUTES)
+    out = io.StringIO()
+    outcome, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path, FIVE_MINUTES, out=out)
     assert executor.warm_ready == {} and outcome.optimizer_steps == {}
+    assert "torchao's AdamW steps" not in out.getvalue()
+
+
+def test_the_search_ends_by_saying_what_the_optimizer_steps_worker_compiled(tmp_path):
+    """One line before the report, and the JSON, say which pairs were compiled and which were
+    not reached: a worker that did nothing is not silent."""
+    out = io.StringIO()
+    outcome, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path, 30.0, out=out)
+    lines = [line for line in out.getvalue().splitlines()
+             if line.startswith("torchao's AdamW steps beside the trials:")]
+    assert len(lines) == 1  # once, at the end
+    assert "not reached: " in lines[0]  # half a minute is too short for every pair
+    write_json(tmp_path / "tune.json", outcome)
+    written = json.loads((tmp_path / "tune.json").read_text())
+    assert written["optimizer_steps_compiled"] == outcome.optimizer_steps
+    assert written["optimizer_steps_notes"] == []
 
 
 def test_a_second_model_on_the_same_machine_starts_from_what_the_first_taught(tmp_path):
