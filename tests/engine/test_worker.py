@@ -431,3 +431,33 @@ def test_a_pair_that_runs_out_of_memory_is_tried_once_more_after_the_others():
     assert [(w, s) for w, s, _, _ in reported] == [("bf16", "bf16"), ("fp32", "bf16")]
     assert len(calls) == 3  # the out-of-memory one twice, the other once
     assert "no such layer" in reported[0][3] and "out of memory" in reported[1][3]
+
+
+def test_a_trial_waits_for_the_optimizer_steps_worker_s_start_no_longer_than_its_cap(
+        monkeypatch):
+    """A trial's measured steps are held while the optimizer steps' worker starts, but a start
+    that takes long (a hung CUDA init) releases them after `HOLD_AT_MOST_S`."""
+    import threading
+
+    from tuner_tui.engine import runner
+
+    class Trial:  # what the hold needs of a trial's client: to be held and released
+        def __init__(self):
+            self.held, self.released = 0, threading.Event()
+
+        def hold_measurement(self):
+            self.held += 1
+
+        def release_measurement(self):
+            self.released.set()
+
+    monkeypatch.setattr(runner.OptimizerStepWarmup, "HOLD_AT_MOST_S", 0.2)
+    warmup = runner.OptimizerStepWarmup(WorkerSpec(workload="gpt2-tiny", device="cpu"),
+                                        (("bf16", "fp32"),))
+    trial = Trial()
+    try:
+        warmup.hold_until_started(trial)
+        assert trial.held == 1
+        assert trial.released.wait(1.0) and not warmup.started.is_set()  # before it was up
+    finally:
+        warmup.close()

@@ -185,6 +185,9 @@ class OptimizerStepWarmup:
 
     START_ATTEMPTS = 3
     RESTART_AFTER_S = 15.0
+    HOLD_AT_MOST_S = 30.0
+    """The longest a trial's measured steps wait for this worker's start (one takes 3-12 s on
+    the GPU hosts): a start that hangs must not stall every trial, as a trial's own would."""
 
     def __init__(self, spec: WorkerSpec, variants: tuple[tuple[str, str], ...],
                  start_timeout: float | None = None) -> None:
@@ -307,13 +310,14 @@ class OptimizerStepWarmup:
         return tuple(notes)
 
     def hold_until_started(self, current: WorkerClient) -> None:
-        """`current`'s measured steps wait until this worker is up (or could not start)."""
+        """`current`'s measured steps wait until this worker is up (or could not start), for
+        `HOLD_AT_MOST_S` at most."""
         if self.started.is_set():
             return
         current.hold_measurement()
 
         def release() -> None:
-            self.started.wait()
+            self.started.wait(self.HOLD_AT_MOST_S)
             current.release_measurement()
 
         threading.Thread(target=release, name="gputune-hold", daemon=True).start()
