@@ -228,6 +228,9 @@ class OptimizerStepWarmup:
                     break
             try:
                 finished = self._compile_in(self._client)
+            except Exception as exc:  # (a closed pipe): a note, never a traceback on the console
+                self._note(f"was given up: {type(exc).__name__}: {exc}")
+                finished = True
             finally:
                 self.started.set()
                 self._client.stop()
