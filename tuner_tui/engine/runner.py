@@ -66,6 +66,11 @@ def wait_ready(client: WorkerClient, timeout: float) -> protocol.Event | None:
     return event
 
 
+def pair_label(pair: tuple[str, str]) -> str:
+    """A (weights, optimizer_state) pair of torchao's steps, as the report names it."""
+    return f"{pair[0]} weights + {pair[1]} state"
+
+
 def start_worker(spec: WorkerSpec,
                  timeout: float | None = None) -> tuple[WorkerClient, protocol.WorkerReady]:
     timeout = start_timeout_s() if timeout is None else timeout
@@ -186,8 +191,9 @@ class OptimizerStepWarmup:
     START_ATTEMPTS = 3
     RESTART_AFTER_S = 15.0
     HOLD_AT_MOST_S = 30.0
-    """The longest a trial's measured steps wait for this worker's start (one takes 3-12 s on
-    the GPU hosts): a start that hangs must not stall every trial, as a trial's own would."""
+    """The longest a trial's measured steps wait for this worker's start (a worker was ready
+    after 6-11 s in the GPU searches of 2026-12-06, `startup.ready_s`): a start that hangs must
+    not stall every trial, as a trial's own would."""
 
     def __init__(self, spec: WorkerSpec, variants: tuple[tuple[str, str], ...],
                  start_timeout: float | None = None) -> None:
@@ -206,16 +212,11 @@ class OptimizerStepWarmup:
         self._busy_since: float | None = None
         """When the worker began the pair it compiles now (None: it compiles none)."""
         self._client = WorkerClient(spec)
-        try:
-            self._client.start()
-        except Exception as exc:  # no head start for torchao then: each trial compiles its own
-            self._note(f"could not be started: {type(exc).__name__}: {exc}")
-            self.started.set()
-            self._thread = None
-            return
-        self._thread = threading.Thread(target=self._run, name="gputune-optimizer-steps",
-                                        daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if self._spawn("could not be started"):  # else each trial compiles its own
+            self._thread = threading.Thread(target=self._run, name="gputune-optimizer-steps",
+                                            daemon=True)
+            self._thread.start()
 
     def _note(self, what: str) -> None:
         with self._lock:
@@ -224,7 +225,8 @@ class OptimizerStepWarmup:
     def _run(self) -> None:
         for attempt in range(1, self.START_ATTEMPTS + 1):
             if attempt > 1:
-                if self._closed.wait(self.RESTART_AFTER_S) or not self._restart():
+                if self._closed.wait(self.RESTART_AFTER_S) or not self._spawn(
+                        "could not be started again"):
                     break
             try:
                 finished = self._compile_in(self._client)
@@ -237,8 +239,9 @@ class OptimizerStepWarmup:
             if finished or self._closed.is_set():
                 break
 
-    def _restart(self) -> bool:
-        """A fresh worker for the pairs left; False where none could be spawned."""
+    def _spawn(self, failed: str) -> bool:
+        """A fresh worker process for the pairs left; False (noted as `failed`, with why) where
+        none could be spawned or the search has ended."""
         with self._lock:  # (spawned under the lock: `close` ends it, never one half made)
             if self._closed.is_set():
                 return False
@@ -247,10 +250,10 @@ class OptimizerStepWarmup:
             try:
                 self._client.start()
             except Exception as exc:
-                spawn_failed = f"{type(exc).__name__}: {exc}"
+                why = f"{type(exc).__name__}: {exc}"
             else:
                 return True
-        self._note(f"could not be started again: {spawn_failed}")
+        self._note(f"{failed}: {why}")
         self.started.set()
         return False
 
@@ -278,8 +281,8 @@ class OptimizerStepWarmup:
                         None if event.error else event.seconds)
                     self._busy_since = time.monotonic()
                 if event.error:
-                    self._note(f"could not compile {event.weights} weights + {event.state} "
-                               f"state: {event.error.splitlines()[0][:200]}")
+                    self._note(f"could not compile {pair_label((event.weights, event.state))}: "
+                               f"{event.error.splitlines()[0][:200]}")
             elif event is None and not client.is_alive():
                 break
         self._busy_since = None
@@ -290,8 +293,7 @@ class OptimizerStepWarmup:
         code = client.process.exitcode if client.process is not None else None
         with self._lock:
             self.compiled[left[0]] = None
-        self._note(f"died (exit code {code}) while compiling {left[0][0]} weights + "
-                   f"{left[0][1]} state")
+        self._note(f"died (exit code {code}) while compiling {pair_label(left[0])}")
         return len(left) == 1
 
     def done(self) -> dict[tuple[str, str], float | None]:
@@ -308,8 +310,8 @@ class OptimizerStepWarmup:
             busy = self._busy_since
         if left and busy is not None:
             now = time.monotonic()
-            notes.append(f"{now - self._since:.0f} s: the worker is compiling {left[0][0]} "
-                         f"weights + {left[0][1]} state, for {now - busy:.0f} s so far")
+            notes.append(f"{now - self._since:.0f} s: the worker is compiling "
+                         f"{pair_label(left[0])}, for {now - busy:.0f} s so far")
         return tuple(notes)
 
     def hold_until_started(self, current: WorkerClient) -> None:

@@ -12,6 +12,7 @@ Torch-free.
 from __future__ import annotations
 
 from strategies.config import ConfigError
+from tuner_tui.engine.runner import pair_label as variant_label  # one name for a pair
 from tuner_tui.engine.search.space import TORCHAO_STEPS, SearchSpace
 
 WARM_START_S = 8.0
@@ -43,10 +44,6 @@ def optimizer_step_variants(space: SearchSpace, budget_binds: bool) -> tuple[tup
                 continue
             pairs.append((weights, state))
     return tuple(pairs)
-
-
-def variant_label(variant: tuple[str, str]) -> str:
-    return f"{variant[0]} weights + {variant[1]} state"
 
 
 class StepWarming:
