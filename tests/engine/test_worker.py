@@ -64,6 +64,10 @@ def test_trial_reports_measured_figures_and_checks_the_loss(gpt2_worker):
     assert ref.peak_memory_bytes is not None and ref.mfu is None  # no MFU on the CPU
     steps = [e.step for e in events if isinstance(e, P.StepMeasured)]
     assert steps == list(range(6))
+    # Where its time went, part by part; nothing held it.
+    assert list(ref.phases_s) == ["reference gradients", "build", "first step", "warm-up",
+                                  "held", "measured"]
+    assert all(s >= 0 for s in ref.phases_s.values()) and ref.phases_s["held"] < 0.2
 
     # Same seed, same batches: the same configuration reproduces the losses exactly, and a
     # different precision stays within its tolerance.
@@ -247,6 +251,8 @@ def test_measured_steps_wait_while_the_next_worker_starts_and_the_wait_is_not_ti
                 break
         assert isinstance(event, P.TrialFinished) and event.result.status == "ok"
         assert measured_while_starting == [False, False, False]
+        # The row says how long its measured steps were held (a start imports torch: > 0.5 s).
+        assert event.result.phases_s["held"] > 0.5
         client, ready = next_worker.take()
         assert client.is_alive() and ready.pid == client.pid != current.pid
         client.stop()

@@ -237,6 +237,11 @@ class TrialResult:
     torchao's compiled optimizer step."""
     warmup_s: float | None = None
     measured_steps: int = 0
+    phases_s: dict = field(default_factory=dict)
+    """Seconds the worker spent on each part of the trial, in order: "reference gradients"
+    (the fp32 reference's sketch, computed or read), "build", "first step", "warm-up", "held"
+    (the measured steps waiting while another gputune process started), "measured", "profile";
+    empty where the trial did not get that far."""
     losses: tuple[float, ...] = ()
     loss_ok: bool | None = None
     loss_max_rel_error: float | None = None

@@ -1,6 +1,7 @@
 """How long each part of a worker's start takes, before its first trial can run: the budget's
 clock is already running (on an H100, 6-12 s: torch's import, the user's workload, torch._dynamo's
-import for the model's facts). Reported in `protocol.WorkerReady.startup_s`."""
+import for the model's facts). Reported in `protocol.WorkerReady.startup_s`; a trial's parts the
+same way, in `protocol.TrialResult.phases_s`."""
 
 from __future__ import annotations
 
@@ -8,18 +9,25 @@ import os
 import time
 
 
-class StartupTimes:
-    """Seconds per part of the start, in order: "python" (this process's age when made), then
-    each part closed by `done`."""
+class Laps:
+    """Seconds per part of a span of work, in order, each closed by `done`."""
 
-    def __init__(self) -> None:
-        self.parts: dict[str, float | None] = {"python": process_age_s()}
+    def __init__(self, **before: float | None) -> None:
+        self.parts: dict[str, float | None] = dict(before)
         self._lap = time.perf_counter()
 
     def done(self, part: str) -> None:
         now = time.perf_counter()
         self.parts[part] = round(now - self._lap, 3)
         self._lap = now
+
+
+class StartupTimes(Laps):
+    """Seconds per part of the start: "python" (this process's age when made), then each part
+    closed by `done`."""
+
+    def __init__(self) -> None:
+        super().__init__(python=process_age_s())
 
 
 def process_age_s() -> float | None:

@@ -21,7 +21,7 @@ from strategies.config import ConfigError, TuneConfig
 from tuner_tui.engine import noise, protocol, worker_log
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
-from tuner_tui.engine.startup import StartupTimes
+from tuner_tui.engine.startup import Laps, StartupTimes
 
 
 QUIET_WAIT_S = 120.0
@@ -352,12 +352,16 @@ class Worker:
         self.run_id += 1
         try:
             self.stop_live()
+            laps = Laps()  # where the trial's time goes, for its row (`phases_s`)
             gradients = self.reference_gradients(cmd.config, cmd.reference_dir)
+            laps.done("reference gradients")
             trainer = self._new_run(cmd.config, cmd.warmup_steps, tuple(cmd.reference_losses))
             trainer.reference_gradients = gradients
             trainer.reference_loss_spread = self.loss_spread
             self._build_trainer(trainer)
+            laps.done("build")
             self._emit_records(trainer, self._first_step(trainer))
+            laps.done("first step")
             cap = noise.adaptive_cap(cmd.steps, cmd.max_steps)
             block = max(2, cmd.steps // 2)
             i = 1
@@ -371,19 +375,26 @@ class Worker:
                         break
                     trainer.restart_clock()
                 if i == cmd.warmup_steps:
+                    laps.done("warm-up")
                     self._wait_until_quiet(trainer)
+                    laps.done("held")
                 self._emit_records(trainer, trainer.step())
                 i += 1
                 if self._too_slow(trainer, cmd):
                     self._emit_records(trainer, trainer.finish())
-                    self.emit(protocol.TrialFinished(self.run_id, self._stopped(trainer, cmd)))
+                    laps.done("measured")
+                    result = dataclasses.replace(self._stopped(trainer, cmd), phases_s=laps.parts)
+                    self.emit(protocol.TrialFinished(self.run_id, result))
                     return
             self._emit_records(trainer, trainer.finish())
+            laps.done("measured")
             result = trainer.result()
             if cmd.profile_steps and result.measured_steps:
                 profile = self._profile(trainer, result, cmd.profile_steps, cmd.trace_path)
+                laps.done("profile")
                 result = dataclasses.replace(result, profile=profile)
-            self.emit(protocol.TrialFinished(self.run_id, result))
+            self.emit(protocol.TrialFinished(self.run_id,
+                                             dataclasses.replace(result, phases_s=laps.parts)))
         except Exception as exc:
             self._fail(exc, trainer)
         finally:
