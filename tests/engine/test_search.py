@@ -319,6 +319,12 @@ def test_tune_command_end_to_end(gputune, home, tmp_path):
     parts = [v for k, v in startup.items() if k != "ready_s" and v is not None]
     assert sum(parts) <= startup["ready_s"] + 0.05  # the worker started after the search did
     assert f"the first worker was ready after {startup['ready_s']:.1f} s (python " in proc.stdout
+    # Where each run's time went in its worker, and all runs' together in the report
+    ran = [e for e in doc["timeline"] if e["how"] == "ran"]
+    for event in ran:
+        assert sum(event["phases_s"].values()) <= event["ended_s"] - event["started_s"] + 0.05
+        assert "first step" in event["phases_s"] and "measured" in event["phases_s"]
+    assert f"Where the runs' time went ({len(ran)} runs, " in proc.stdout
     import tomllib
 
     exported = tomllib.loads(out.read_text())
@@ -433,6 +439,25 @@ def test_an_unchecked_recommendation_names_the_batch_its_numerics_were_checked_a
     assert "its loss checked at batch 8: within 1.1e-03 of the fp32 reference; no fp32 " \
            "reference ran at batch 16" in reason([top, checked, other])
     assert "its loss could not be checked: no fp32 reference ran at batch 16" in reason([top, other])
+
+
+def test_where_the_runs_time_went_sums_their_parts_and_names_the_rest():
+    from tuner_tui.engine.search.report import time_spent
+
+    timeline = [
+        {"how": "ran", "started_s": 10.0, "ended_s": 40.0,
+         "phases_s": {"build": 2.0, "first step": 20.0, "held": 3.0, "measured": 1.0}},
+        {"how": "reused", "started_s": 40.0, "ended_s": 40.0, "phases_s": {}},
+        {"how": "ran", "started_s": 40.0, "ended_s": 50.0,  # a crash: its worker timed nothing
+         "phases_s": {}},
+        {"how": "ran", "started_s": 50.0, "ended_s": 62.0,
+         "phases_s": {"build": 1.0, "first step": 4.0, "held": 5.0, "measured": 1.0}},
+    ]
+    line = time_spent(timeline)
+    assert line.startswith("Where the runs' time went (3 runs, 0m52s): first steps (compiles) "
+                           "24 s, measured steps held while another worker started 8 s, builds 3 s, "
+                           "measured steps 2 s; the rest, 15 s: waiting for a worker's start")
+    assert time_spent([{"how": "reused", "started_s": 0.0, "ended_s": 0.0}]) is None
 
 
 def test_the_best_over_time_is_told_in_the_workloads_items():

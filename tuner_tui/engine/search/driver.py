@@ -339,10 +339,12 @@ class Search:
                 pass
         self.refs.keep(config, result)
         self._mark_lost()
+        phases = result.phases_s if how == "ran" else {}
         result = self.history.get(config) or result
         self._learn_size()
         self.timeline.append(Event(len(self.timeline) + 1, kind, result.label, result.status, how,
-                                   why, began, ended, result.tokens_per_s, *self.best_now()))
+                                   why, began, ended, result.tokens_per_s, *self.best_now(),
+                                   phases_s=phases))
         if self.on_trial is not None:
             self.on_trial(result, how)
         return result

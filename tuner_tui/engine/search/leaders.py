@@ -134,7 +134,8 @@ class LeaderRemeasure:
             walls[config.label()] = s.elapsed() - began
             s.timeline.append(Event(len(s.timeline) + 1, "remeasure", result.label,
                                     result.status, "ran", "re-measuring the leaders", began,
-                                    s.elapsed(), result.tokens_per_s, *s.best_now()))
+                                    s.elapsed(), result.tokens_per_s, *s.best_now(),
+                                    phases_s=result.phases_s))
             return result
 
         verdict = remeasure.remeasure(leading, run, repeats, third=third, round_fits=round_fits)

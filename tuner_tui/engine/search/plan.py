@@ -57,6 +57,8 @@ class Event:
     tokens_per_s: float | None
     best_label: str | None
     best_tokens_per_s: float | None
+    phases_s: dict = field(default_factory=dict)
+    """Where the run's time went in its worker (`TrialResult.phases_s`); empty where none ran."""
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)

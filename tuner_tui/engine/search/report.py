@@ -354,6 +354,9 @@ def report(outcome: SearchOutcome) -> str:
     progress = best_over_time(outcome.timeline, items)
     if progress:
         lines += ["", "The best so far, over the search's time:", *progress]
+    spent = time_spent(outcome.timeline)
+    if spent:
+        lines += ["", spent]
     if outcome.remeasured is not None:
         lines += ["", outcome.remeasured.text()]
     if outcome.remeasure_note:
@@ -394,3 +397,30 @@ def best_over_time(timeline: list[dict], item_name: str = "tokens") -> list[str]
         lines.append(f"  {fmt.clock(event['ended_s'])}  {fmt.si(event['best_tokens_per_s'])} "
                      f"{item_name}/s  {label}{why}")
     return lines
+
+
+PHASE_WORDS = {"reference gradients": "the fp32 reference's gradients", "build": "builds",
+               "first step": "first steps (compiles)", "warm-up": "warm-up steps",
+               "held": "measured steps held while another worker started",
+               "measured": "measured steps", "profile": "profiles"}
+"""What the report calls each part of a trial (`TrialResult.phases_s`)."""
+
+
+def time_spent(timeline: list[dict]) -> str | None:
+    """Where the runs' time went, part by part (summed over the time line's runs, largest
+    first), and what their workers' clocks do not hold; None where no run timed its parts."""
+    ran = [e for e in timeline if e.get("how") == "ran"]
+    totals: dict[str, float] = {}
+    for event in ran:
+        for part, seconds in (event.get("phases_s") or {}).items():
+            if seconds:
+                totals[part] = totals.get(part, 0.0) + seconds
+    if not totals:
+        return None
+    within = sum(e["ended_s"] - e["started_s"] for e in ran)
+    parts = ", ".join(f"{PHASE_WORDS.get(part, part)} {seconds:.0f} s"
+                      for part, seconds in sorted(totals.items(), key=lambda kv: -kv[1]))
+    rest = max(0.0, within - sum(totals.values()))
+    return (f"Where the runs' time went ({count(len(ran), 'run')}, {fmt.clock(within)}): {parts}; "
+            f"the rest, {rest:.0f} s: waiting for a worker's start, the fp32 reference's losses, "
+            f"runs that stopped before their measured steps")

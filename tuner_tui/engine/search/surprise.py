@@ -76,7 +76,7 @@ def _run_again(search, config, result: TrialResult, why: str) -> TrialResult:
     search.end_line(summary(again))
     search.timeline.append(Event(len(search.timeline) + 1, "confirm", again.label, again.status,
                                  "ran", why, began, search.elapsed(), again.tokens_per_s,
-                                 *search.best_now()))
+                                 *search.best_now(), phases_s=again.phases_s))
     if again.status in ("ok", "stopped") and (again.tokens_per_s or 0) > result.tokens_per_s:
         again = replace(again, memory_estimate=result.memory_estimate)
         search.supersede(config, result, again)
