@@ -455,8 +455,8 @@ def test_where_the_runs_time_went_sums_their_parts_and_names_the_rest():
     ]
     line = time_spent(timeline)
     assert line.startswith("Where the runs' time went (3 runs, 0m52s): first steps (compiles) "
-                           "24 s, measured steps held while another worker started 8 s, builds 3 s, "
-                           "measured steps 2 s; the rest, 15 s: waiting for a worker's start")
+                           "24 s, measured steps held while another worker started or ended 8 s, "
+                           "builds 3 s, measured steps 2 s; the rest, 15 s: waiting for a worker's")
     assert time_spent([{"how": "reused", "started_s": 0.0, "ended_s": 0.0}]) is None
 
 

@@ -467,3 +467,49 @@ def test_a_trial_waits_for_the_optimizer_steps_worker_s_start_no_longer_than_its
         assert trial.released.wait(1.0) and not warmup.started.is_set()  # before it was up
     finally:
         warmup.close()
+
+
+def test_the_last_trial_s_worker_ends_beside_the_next_trial_not_in_its_measured_steps(
+        monkeypatch):
+    """A trial's worker is stopped in the background: its exit (a CUDA context's teardown, the
+    compile workers' shutdown) is not charged to the trial, and the next trial's measured steps
+    begin only once it has exited."""
+    import io
+    import time
+
+    from tuner_tui.engine.client import WorkerClient
+    from tuner_tui.engine.progress import Progress
+    from tuner_tui.engine.runner import TrialPlan
+    from tuner_tui.engine.search.executor import WorkerExecutor
+
+    real_stop, exited = WorkerClient.stop, {}
+
+    def slow_stop(self, timeout=5.0):
+        pid = self.pid
+        time.sleep(2.0)  # a slow exit
+        real_stop(self, timeout)
+        exited[pid] = time.monotonic()
+
+    monkeypatch.setattr(WorkerClient, "stop", slow_stop)
+
+    class Measuring(Progress):  # when a trial's measured steps were first reported
+        first = None
+
+        def set(self, state, detail=""):
+            if state == "measuring" and self.first is None:
+                self.first = time.monotonic()
+            super().set(state, detail)
+
+    executor = WorkerExecutor(WorkerSpec(workload="gpt2-tiny", device="cpu"))
+    plan = TrialPlan(steps=2, warmup_steps=1, trial_timeout_s=120)
+    try:
+        first = executor.start().pid
+        done = executor.run(TuneConfig.from_dict({}), plan, (), Progress(io.StringIO()), None, None)
+        assert done.status == "ok" and first not in exited  # returned before its worker ended
+        progress = Measuring(io.StringIO())
+        again = executor.run(TuneConfig.from_dict({}), plan, (), progress, None, None)
+        assert again.status == "ok" and progress.first > exited[first]
+    finally:
+        executor.close()
+    # Stopped by `close`: the last trial's worker and the one started for a next trial
+    assert len(exited) == 3

@@ -1,5 +1,5 @@
 """Where the search's trials run: each in a fresh worker process (`runner.py`), the next one's
-worker started while the current trial builds. A worker that dies under a trial (killed,
+worker started while the current trial builds, the last one's stopped while it builds. A worker that dies under a trial (killed,
 segfaulted) is given one more try in a fresh process before the trial is a `crash` row: a
 kill from outside (the OOM killer, a user's kill -9) need not happen again.
 
@@ -16,8 +16,8 @@ from strategies.config import TuneConfig
 from tuner_tui.engine import protocol
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
-from tuner_tui.engine.runner import (NextWorker, OptimizerStepWarmup, TrialPlan, WorkerStartError,
-                                     run_one, start_worker)
+from tuner_tui.engine.runner import (EndingWorker, NextWorker, OptimizerStepWarmup, TrialPlan,
+                                     WorkerStartError, run_one, start_worker)
 
 DIED = "the worker process died"
 """The start of the message `run_one` gives a trial whose worker died under it."""
@@ -51,6 +51,7 @@ class WorkerExecutor:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         self._next = NextWorker(spec)
+        self._ending = EndingWorker()
         self._warmup: OptimizerStepWarmup | None = None
 
     def warm_optimizer_steps(self, variants: tuple[tuple[str, str], ...]) -> None:
@@ -89,18 +90,21 @@ class WorkerExecutor:
             return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
                                message=f"the worker did not start: {exc}")
         # The next trial's worker starts now; this trial's measured steps wait until it is up,
-        # and the optimizer steps' worker too, where it is still starting.
+        # the last trial's worker has exited, and the optimizer steps' worker is up, where it
+        # is still starting.
         self._next.begin(client)
+        self._ending.hold(client)
         if self._warmup is not None:
             self._warmup.hold_until_started(client)
         try:
             return run_one(client, config, plan, reference, progress,
                            stop_if_slower_than_ms=stop_ms, reference_dir=reference_dir)
         finally:
-            client.stop()
+            self._ending.end(client)
 
     def close(self) -> None:
         self._next.close()
+        self._ending.wait()
         if self._warmup is not None:
             self._warmup.close()
 

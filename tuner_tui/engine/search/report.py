@@ -401,7 +401,7 @@ def best_over_time(timeline: list[dict], item_name: str = "tokens") -> list[str]
 
 PHASE_WORDS = {"reference gradients": "the fp32 reference's gradients", "build": "builds",
                "first step": "first steps (compiles)", "warm-up": "warm-up steps",
-               "held": "measured steps held while another worker started",
+               "held": "measured steps held while another worker started or ended",
                "measured": "measured steps", "profile": "profiles"}
 """What the report calls each part of a trial (`TrialResult.phases_s`)."""
 
