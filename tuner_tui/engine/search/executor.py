@@ -1,7 +1,7 @@
 """Where the search's trials run: each in a fresh worker process (`runner.py`), the next one's
-worker started while the current trial builds, the last one's stopped while it builds. A worker that dies under a trial (killed,
-segfaulted) is given one more try in a fresh process before the trial is a `crash` row: a
-kill from outside (the OOM killer, a user's kill -9) need not happen again.
+worker started, and the last one's stopped, while the current trial builds. A worker that dies
+under a trial (killed, segfaulted) is given one more try in a fresh process before the trial is
+a `crash` row: a kill from outside (the OOM killer, a user's kill -9) need not happen again.
 
 The search talks to an executor only through `start`, `run` and `close`, so the search's logic
 runs as well against a simulated machine (tests/engine/search_oracle.py). Torch-free.
