@@ -240,8 +240,8 @@ class TrialResult:
     phases_s: dict = field(default_factory=dict)
     """Seconds the worker spent on each part of the trial, in order: "reference gradients"
     (the fp32 reference's sketch, computed or read), "build", "first step", "warm-up", "held"
-    (the measured steps waiting while another gputune process started or ended), "measured", "profile";
-    empty where the trial did not get that far."""
+    (the measured steps waiting while another gputune process started or ended), "measured",
+    "profile"; empty where the trial did not get that far."""
     losses: tuple[float, ...] = ()
     loss_ok: bool | None = None
     loss_max_rel_error: float | None = None
