@@ -1,6 +1,7 @@
 """The worker process with the real training loop on the CPU: trials, the live run, faults."""
 
 from strategies.config import TuneConfig
+import contextlib
 import os
 import signal
 import time
@@ -331,6 +332,16 @@ print(json.dumps(dict(counters["inductor"])))
 """
 
 
+def _nice_of_each_thread(pid: int) -> set[int]:
+    """The nice values of a process's threads (Linux: each thread has its own)."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # (a thread that ended meanwhile)
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                found.add(int(stat.read().rsplit(")", 1)[1].split()[16]))
+    return found
+
+
 def test_optimizer_steps_compiled_by_a_worker_of_their_own_are_the_trial_s_own(tmp_path):
     """torchao's AdamW step, compiled by the optimizer steps' worker over stand-ins of the
     model's parameters (`runner.OptimizerStepWarmup`), is what the model's own optimizer steps
@@ -346,17 +357,20 @@ def test_optimizer_steps_compiled_by_a_worker_of_their_own_are_the_trial_s_own(t
     spec = WorkerSpec(workload="gpt2-tiny", device="cpu", environ=tuple(env.items()))
     variants = (("fp32", "bf16"), ("fp64", "bf16"))  # the second: no such weights
     warmup = runner.OptimizerStepWarmup(spec, variants)
-    seen = set()
+    seen, nice = set(), set()
     try:
         deadline = time.monotonic() + 240
         while len(warmup.done()) < len(variants) and time.monotonic() < deadline:
             seen.update(warmup.what_happened())
+            if any("is compiling" in n for n in seen):
+                nice |= _nice_of_each_thread(warmup._client.pid)
             time.sleep(0.5)
         done = warmup.done()
     finally:
         warmup.close()
     assert warmup.started.is_set()
     assert any("the worker is compiling fp32 weights + bf16 state, for" in n for n in seen)
+    assert nice == {19}  # every thread of it while it compiles, those made before it too
     notes = warmup.what_happened()  # the failed pair, said; nothing is compiling any more
     assert len(notes) == 1 and "could not compile fp64 weights + bf16 state" in notes[0]
     assert done[("fp32", "bf16")] > 0 and done[("fp64", "bf16")] is None  # failed, reported

@@ -18,6 +18,8 @@ worker may need all of it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from types import SimpleNamespace
 from typing import Callable
@@ -95,3 +97,16 @@ def _compile_and_free(workload, device: str, weights: str, state: str) -> tuple[
     if device == "cuda":  # the stand-ins are gone with compile_steps' frame: their memory too
         torch.cuda.empty_cache()
     return done
+
+
+def lowest_priority() -> None:
+    """This process at the lowest CPU priority, every thread of it: on Linux a nice value
+    belongs to a thread, and `os.nice` leaves those made before it (torch's intra-op pool,
+    CUDA's) at theirs. The threads and processes made after (the compile pool) inherit it."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # (no /proc: the calling thread, as os.nice does)
+        threads = [0]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # (a thread that ended meanwhile)
+            os.setpriority(os.PRIO_PROCESS, tid, 19)

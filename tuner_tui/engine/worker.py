@@ -519,7 +519,7 @@ class Worker:
         them: this worker does nothing else, and the trials' measurements run beside it."""
         from tuner_tui.engine import optimizer_steps
 
-        os.nice(19)  # the compile pool it starts inherits it
+        optimizer_steps.lowest_priority()  # every thread; its compile pool inherits it
         optimizer_steps.compile_all(
             self.workload, self.device, variants,
             lambda weights, state, seconds, error: self.emit(protocol.OptimizerStepsCompiled(
