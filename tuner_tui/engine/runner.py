@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import Capabilities
@@ -174,6 +174,20 @@ class NextWorker:
         self._client = self._ready = None
 
 
+def hold_measurement_while(current: WorkerClient, wait: Callable[[], object]) -> None:
+    """`current`'s measured steps wait until `wait()` returns, run in a thread of its own (a
+    worker starting or ending beside the trial)."""
+    current.hold_measurement()
+
+    def release() -> None:
+        try:
+            wait()
+        finally:
+            current.release_measurement()
+
+    threading.Thread(target=release, name="gputune-hold", daemon=True).start()
+
+
 class EndingWorker:
     """Stops the last trial's worker in the background, so that its exit (its compile workers'
     shutdown, the CUDA context's teardown: 0.8 s eager and 1.7 s after a compile on 2 CPU
@@ -193,15 +207,8 @@ class EndingWorker:
     def hold(self, current: WorkerClient) -> None:
         """`current`'s measured steps wait until the worker being stopped has exited."""
         ending = self._thread
-        if ending is None or not ending.is_alive():
-            return
-        current.hold_measurement()
-
-        def release() -> None:
-            ending.join()
-            current.release_measurement()
-
-        threading.Thread(target=release, name="gputune-hold", daemon=True).start()
+        if ending is not None and ending.is_alive():
+            hold_measurement_while(current, ending.join)
 
     def wait(self) -> None:
         """Until the worker being stopped has exited (bounded: `WorkerClient.stop` kills one
@@ -354,15 +361,8 @@ class OptimizerStepWarmup:
     def hold_until_started(self, current: WorkerClient) -> None:
         """`current`'s measured steps wait until this worker is up (or could not start), for
         `HOLD_AT_MOST_S` at most."""
-        if self.started.is_set():
-            return
-        current.hold_measurement()
-
-        def release() -> None:
-            self.started.wait(self.HOLD_AT_MOST_S)
-            current.release_measurement()
-
-        threading.Thread(target=release, name="gputune-hold", daemon=True).start()
+        if not self.started.is_set():
+            hold_measurement_while(current, lambda: self.started.wait(self.HOLD_AT_MOST_S))
 
     def close(self) -> None:
         """Stop the worker, where it still compiles or waits to start again."""
