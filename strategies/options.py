@@ -72,6 +72,14 @@ class SearchFacts:
     bytes_per_parameter: dict = field(default_factory=dict)
     """Value -> bytes per parameter on the device: the parameters and gradients (weights), or the
     optimizer's state."""
+    holds: dict = field(default_factory=dict)
+    """Value -> rank of what a step holds with it, the rest alike: a value of a higher rank never
+    holds less than one of a lower rank; values of one rank are not compared. The memory model
+    never estimates a configuration below a measured one that it holds at least as much as
+    (`memory.holds_at_least`). Empty: values not ordered (`bytes_per_parameter` orders
+    weights and state)."""
+    holds_compiled: dict = field(default_factory=dict)
+    """As `holds`, where both configurations compile (torch.compile)."""
     interacts: tuple[str, ...] = ()
     """Options whose best value depends on this one's (under compile the fused kernels
     Inductor fuses itself are left to it, so kernels pay differently in eager): the search also

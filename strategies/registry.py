@@ -222,6 +222,10 @@ STRATEGIES: tuple[Strategy, ...] = (
                            "rowwise": Prior((-0.08, 0.08), large=(0.04, 0.06),
                                             eager=(-0.3, 0.15), risk=0.1)},
                     addresses=("compute",),
+                    # Compiled, the linears' inputs are kept in one byte, not two; eager,
+                    # torchao's casts held 2-7% more than bf16 alone (the Llamas on the H200
+                    # and H100, checkpointed; GPT-2 124M).
+                    holds_compiled={"off": 1, "tensorwise": 0, "rowwise": 0},
                 ),
             ),
             ChoiceOption(
@@ -259,6 +263,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                            "every-n": Prior((-0.08, 0.03)),
                            "full": Prior((-0.17, 0.04))},
                     costs_only=("selective", "every-n", "full"),
+                    # (selective and every few blocks: either may hold less than the other)
+                    holds={"off": 2, "selective": 1, "every-n": 1, "full": 0},
                 ),
             ),
             IntOption(

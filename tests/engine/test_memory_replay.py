@@ -8,9 +8,8 @@ import pytest
 
 from strategies.config import TuneConfig
 from tuner_tui.engine.model_shape import model_shape
-from tuner_tui.engine.protocol import TrialResult
-from tuner_tui.engine.search.memory import estimate
-from tuner_tui.engine.search.memory import fixed_bytes
+from tuner_tui.engine.protocol import TrialResult, measured_peak
+from tuner_tui.engine.search.memory import estimate, fixed_bytes, holds_at_least
 from tuner_tui.engine.search.memory_prior import (
     ModelShape, autocast_copy_bytes, optimizer_copy_bytes, per_sample_bytes,
 )
@@ -284,3 +283,29 @@ def test_the_built_in_models_say_how_their_loss_and_attention_keep_memory(name):
         model, repeats = llama.Llama(LLAMA_SHAPES[name][0]), True
     shape = ModelShape.from_dict(model_shape(model, 64))
     assert shape is not None and not shape.loss_in_fp32 and shape.kv_repeated == repeats
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results"
+
+
+def test_the_declared_memory_orders_hold_in_every_committed_gpu_file():
+    """Every pair of measured trials of one committed GPU file that the options' declared orders
+    compare (`holds_at_least`: the same but for checkpointing, float8 under compile, state and
+    weights bytes, a larger micro-batch) peaked in that order, within 2%."""
+    compared = 0
+    for path in sorted(RESULTS.glob("**/*.json")):
+        try:
+            rows = replay_file(path)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a tune or bench file
+        measured = [(r.result.tune_config, r.result) for r in rows
+                    if r.peak and r.result.status in ("ok", "stopped")]
+        for config, result in measured:
+            batch = result.batch_size or 0
+            for other, other_result in measured:
+                if config != other and holds_at_least(config, other, batch):
+                    compared += 1
+                    assert measured_peak(result) >= 0.98 * measured_peak(other_result), (
+                        path, result.label, other_result.label)
+    print(f"{compared} pairs compared")
+    assert compared > 100
