@@ -201,6 +201,7 @@ class Measured:
         self._ratios: dict[tuple, float | None] = {}
         self._step_bound = {id(r): self._is_step_bound(c, r) for c, r in known}
         self.pairs = [(c, r) for c, r in known if not self._step_bound[id(r)]]
+        self._unordered: list | None = None
 
     def micro(self, c: TuneConfig) -> int:
         return micro_batch(c, self.default_batch)
@@ -299,7 +300,11 @@ class Measured:
 
     def floor(self, config: TuneConfig) -> TrialResult | None:
         """The measured trial of the largest peak that `config` holds at least as much as."""
-        below = [r for c, r in self.known if holds_at_least(config, c, self.default_batch)]
+        if self._unordered is None:  # (read once: thousands of candidates per decision)
+            self._unordered = [(_unordered(c), c, r) for c, r in self.known]
+        own = _unordered(config)
+        below = [r for same, c, r in self._unordered
+                 if same == own and _ordered_at_least(config, c, self.default_batch)]
         return max(below, key=measured_peak, default=None)
 
 
@@ -316,11 +321,19 @@ _EQUAL = tuple(k for k in OPTIONS if not _order(k, True)
 def holds_at_least(config: TuneConfig, other: TuneConfig, default_batch: int) -> bool:
     """Whether a step of `config` holds at least what one of `other` holds: the options without
     a declared order (`SearchFacts.holds`, `holds_compiled`, `bytes_per_parameter`) alike, each
-    ordered one at
-    the same or a higher rank, a micro-batch as large or larger, and both accumulating or
-    neither (a whole-model graph that accumulates holds a second set of gradients)."""
-    if any(config[k] != other[k] for k in _EQUAL):
-        return False
+    ordered one at the same or a higher rank, a micro-batch as large or larger, and both
+    accumulating or neither (a whole-model graph that accumulates holds a second set of
+    gradients)."""
+    return _unordered(config) == _unordered(other) and _ordered_at_least(config, other,
+                                                                         default_batch)
+
+
+def _unordered(c: TuneConfig) -> tuple:
+    return tuple(c[k] for k in _EQUAL)
+
+
+def _ordered_at_least(config: TuneConfig, other: TuneConfig, default_batch: int) -> bool:
+    """`holds_at_least` for two configurations alike in the options of no declared order."""
     if config.checkpointing == other.checkpointing == "every-n" \
             and config.checkpoint_every != other.checkpoint_every:
         return False
