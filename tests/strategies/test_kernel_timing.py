@@ -130,6 +130,7 @@ def test_a_kernel_measured_slower_on_the_cpu_is_left_and_the_report_says_why():
     fused_kernels.apply(run, config, timings=on_the_cpu)
     line = run.report["fused_kernels_measured"]["gelu"]
     assert line.startswith("left, ") and " ms vs torch " in line
+    assert run.report["fused_kernels_timing_s"] > 0  # (what the build spent timing kernels)
     assert run.report["fused_kernels"] == {"gelu": 0}
     assert any(isinstance(m, nn.GELU) for m in run.model.modules())
 
@@ -186,6 +187,7 @@ def test_on_the_cpu_nothing_is_timed_by_default():
     fused_kernels.apply(run, config)
     assert run.report["fused_kernels"] == {"layer_norm": 5, "gelu": 2}
     assert "fused_kernels_measured" not in run.report
+    assert "fused_kernels_timing_s" not in run.report
 
 
 @pytest.mark.gpu
@@ -204,6 +206,7 @@ def test_on_the_gpu_the_measured_decision_is_made_once_and_reused(tmp_path, monk
     written = path.read_bytes()
     lines = first.report["fused_kernels_measured"]
     assert set(lines) == set(kernels)
+    assert first.report["fused_kernels_native_wait_s"] >= 0
     for kernel, line in lines.items():
         assert line.startswith(("kept, ", "left, ")) and " ms vs torch " in line, line
         assert (first.report["fused_kernels"][kernel] == 0) == line.startswith("left, ")
