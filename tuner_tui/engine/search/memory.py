@@ -360,8 +360,7 @@ def held_beside(c: TuneConfig, n_params: int, default_batch: int,
     it adds them to (seen on the H200: micro-batch 2 held 2.8 GiB more than its activations, the
     gradients of the HF Llama in bf16)."""
     extra = autocast_copy_bytes(c, n_params)
-    if (c.compile_mode != "off" and c.compile_scope == "model"
-            and micro_batch(c, default_batch) < max(1, (c.batch_size or default_batch) // c.devices)):
+    if c.compile_mode != "off" and c.compile_scope == "model" and _accumulates(c, default_batch):
         extra += static_parts(c, n_params, trainable)[1]
     return extra
 
