@@ -13,7 +13,8 @@ runs (it raises the errors and stays the reference); where that path finds the n
 it compiles the kernels and registers them (`run`), so the next such call stays in C++.
 
 The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
-source and torch version, then cached) in a background thread started by the first call that
+source, torch and Python version, then cached; a build lock that a stopped build left is cleared,
+`clear_stale_lock`) in a background thread started by the first call that
 could use it; calls take the Python path until it is ready. `wait()` blocks until the build
 ends and says how it went. GPUTUNE_NATIVE=0 turns the nodes off.
 """
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -78,16 +81,48 @@ def _start_build() -> None:
         _build_thread.start()
 
 
+STALE_LOCK_S = 300.0
+"""torch's build lock (a `lock` file in the build's folder) is removed by the process that
+made it when its build ends; one stopped in the middle (a trial's worker stopped at the time
+budget's end, or by Ctrl-C, while it built) leaves it, and every later build waits for it
+forever. The build takes 20-60 s: a lock older than this was left behind."""
+
+
+def clear_stale_lock(folder: Path, now: float | None = None) -> bool:
+    """Remove `folder`'s build lock where it is older than STALE_LOCK_S; whether it did."""
+    lock = folder / "lock"
+    try:
+        age = (time.time() if now is None else now) - lock.stat().st_mtime
+        if age > STALE_LOCK_S:
+            lock.unlink()
+            return True
+    except OSError:  # no lock, or another process took it away first
+        pass
+    return False
+
+
+def build_folder(name: str) -> Path:
+    """Where torch builds the extension: its own default root (or $TORCH_EXTENSIONS_DIR)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / name
+
+
 def _build() -> None:
     global entry, _status
     try:
         from torch.utils.cpp_extension import load_inline
 
         source = _SOURCE.read_text()
-        digest = hashlib.sha1((source + torch.__version__).encode()).hexdigest()[:12]
+        # (one folder per source, torch and Python: torch's own default root names the latter)
+        digest = hashlib.sha1((source + torch.__version__ + sys.version).encode()).hexdigest()[:12]
+        name = f"gputune_native_{digest}"
+        folder = build_folder(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        clear_stale_lock(folder)
         module = load_inline(
-            name=f"gputune_native_{digest}", cpp_sources=[source], extra_cflags=["-O2"],
-            extra_ldflags=["-ldl"], verbose=False,
+            name=name, cpp_sources=[source], extra_cflags=["-O2"],
+            extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),
         )
         if not module.find_driver():
             _status = "unavailable: no libcuda.so.1 with the launch and context functions"

@@ -9,6 +9,8 @@ the Python path runs, and its own tests check it.
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +34,43 @@ def test_gputune_native_0_turns_the_nodes_off():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["off (GPUTUNE_NATIVE=0)"] * 2
+
+
+def test_a_build_lock_left_by_a_stopped_build_is_cleared_and_a_fresh_one_kept(tmp_path):
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    now = lock.stat().st_mtime
+    assert not _native.clear_stale_lock(tmp_path, now=now + 60)  # a build under way
+    assert lock.exists()
+    assert _native.clear_stale_lock(tmp_path, now=now + _native.STALE_LOCK_S + 1)
+    assert not lock.exists()
+    assert not _native.clear_stale_lock(tmp_path)  # (no lock)
+
+
+def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monkeypatch):
+    # torch's own lock waits forever for a file that a worker stopped mid-build left behind.
+    import torch.utils.cpp_extension as cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    seen = {}
+
+    def load_inline(**kwargs):  # (the compile itself is the GPU suite's: here, where it runs)
+        seen.update(kwargs, lock_left=(Path(kwargs["build_directory"]) / "lock").exists())
+        raise RuntimeError("no build here")
+
+    assert _native.build_folder("x") == tmp_path / "x"
+    monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
+    monkeypatch.setattr(_native, "_status", "not built")
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    monkeypatch.setattr(_native, "build_folder", lambda name: stale)
+    lock = stale / "lock"
+    lock.write_text("")
+    old = time.time() - _native.STALE_LOCK_S - 10
+    os.utime(lock, (old, old))
+    _native._build()
+    assert seen["build_directory"] == str(stale) and seen["lock_left"] is False
+    assert _native.status().startswith("unavailable: RuntimeError: no build here")
 
 
 # ---- on the GPU ---------------------------------------------------------------------------
