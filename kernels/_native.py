@@ -85,20 +85,46 @@ STALE_LOCK_S = 300.0
 """torch's build lock (a `lock` file in the build's folder) is removed by the process that
 made it when its build ends; one stopped in the middle (a trial's worker stopped at the time
 budget's end, or by Ctrl-C, while it built) leaves it, and every later build waits for it
-forever. The build takes 20-60 s: a lock older than this was left behind."""
+forever. The build takes 20-60 s: a lock older than this was left behind, as is one whose
+builder has ended."""
 
 
 def clear_stale_lock(folder: Path, now: float | None = None) -> bool:
-    """Remove `folder`'s build lock where it is older than STALE_LOCK_S; whether it did."""
+    """Remove `folder`'s build lock where the process that last began a build there (`BUILDER`)
+    has ended, or the lock is older than STALE_LOCK_S; whether it did."""
     lock = folder / "lock"
     try:
         age = (time.time() if now is None else now) - lock.stat().st_mtime
-        if age > STALE_LOCK_S:
+        if age > STALE_LOCK_S or not _alive(_builder(folder)):
             lock.unlink()
             return True
     except OSError:  # no lock, or another process took it away first
         pass
     return False
+
+
+BUILDER = "builder.pid"
+"""The process that last began a build in the folder (torch's lock names none)."""
+
+
+def _builder(folder: Path) -> int | None:
+    try:
+        return int((folder / BUILDER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether process `pid` runs (True where unknown: only the lock's age then tells)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process: it runs)
+        return True
+    return True
 
 
 def build_folder(name: str) -> Path:
@@ -120,6 +146,7 @@ def _build() -> None:
         folder = build_folder(name)
         folder.mkdir(parents=True, exist_ok=True)
         clear_stale_lock(folder)
+        (folder / BUILDER).write_text(str(os.getpid()))
         module = load_inline(
             name=name, cpp_sources=[source], extra_cflags=["-O2"],
             extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),

@@ -45,6 +45,15 @@ def test_a_build_lock_left_by_a_stopped_build_is_cleared_and_a_fresh_one_kept(tm
     assert _native.clear_stale_lock(tmp_path, now=now + _native.STALE_LOCK_S + 1)
     assert not lock.exists()
     assert not _native.clear_stale_lock(tmp_path)  # (no lock)
+    # A fresh lock whose builder has ended (a tune stopped by Ctrl-C mid-build, run again).
+    lock.write_text("")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    (tmp_path / _native.BUILDER).write_text(ended.stdout)
+    assert _native.clear_stale_lock(tmp_path) and not lock.exists()
+    lock.write_text("")
+    (tmp_path / _native.BUILDER).write_text(str(os.getpid()))  # alive: still building
+    assert not _native.clear_stale_lock(tmp_path) and lock.exists()
 
 
 def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monkeypatch):
@@ -70,6 +79,7 @@ def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monk
     os.utime(lock, (old, old))
     _native._build()
     assert seen["build_directory"] == str(stale) and seen["lock_left"] is False
+    assert (stale / _native.BUILDER).read_text() == str(os.getpid())
     assert _native.status().startswith("unavailable: RuntimeError: no build here")
 
 
