@@ -146,7 +146,8 @@ def _build() -> None:
         folder = build_folder(name)
         folder.mkdir(parents=True, exist_ok=True)
         clear_stale_lock(folder)
-        (folder / BUILDER).write_text(str(os.getpid()))
+        if not (folder / "lock").exists():  # (where another process builds, it stays named)
+            (folder / BUILDER).write_text(str(os.getpid()))
         module = load_inline(
             name=name, cpp_sources=[source], extra_cflags=["-O2"],
             extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),

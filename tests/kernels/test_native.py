@@ -80,6 +80,13 @@ def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monk
     _native._build()
     assert seen["build_directory"] == str(stale) and seen["lock_left"] is False
     assert (stale / _native.BUILDER).read_text() == str(os.getpid())
+    # Where another process builds (its lock fresh, it runs), torch waits for it: the builder
+    # named stays that process.
+    lock.write_text("")
+    (stale / _native.BUILDER).write_text(str(os.getppid()))
+    _native._build()
+    assert seen["lock_left"] is True
+    assert (stale / _native.BUILDER).read_text() == str(os.getppid())
     assert _native.status().startswith("unavailable: RuntimeError: no build here")
 
 
