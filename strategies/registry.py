@@ -223,7 +223,7 @@ STRATEGIES: tuple[Strategy, ...] = (
                                             eager=(-0.3, 0.15), risk=0.1)},
                     addresses=("compute",),
                     # Compiled, the linears' inputs are kept in one byte, not two; eager,
-                    # torchao's casts held 2-7% more than bf16 alone (the Llamas on the H200
+                    # torchao's casts held 2-6% more than bf16 alone (the Llamas on the H200
                     # and H100, checkpointed; GPT-2 124M).
                     holds_compiled={"off": 1, "tensorwise": 0, "rowwise": 0},
                 ),
