@@ -527,17 +527,3 @@ def test_the_last_trial_s_worker_ends_beside_the_next_trial_not_in_its_measured_
         executor.close()
     # Stopped by `close`: the last trial's worker and the one started for a next trial
     assert len(exited) == 3
-
-
-def test_the_optimizer_steps_worker_starts_the_kernels_c_build_only_on_a_gpu(monkeypatch):
-    # The first trial with fused kernels otherwise spends the C++ nodes' build (once per
-    # machine) in its own: 24.7 s of an H100's HF Llama trial.
-    from gputune_kernels import _native
-    from tuner_tui.engine import optimizer_steps
-
-    started = []
-    monkeypatch.setattr(_native, "extension", lambda: started.append(True))
-    optimizer_steps.start_native_build("cpu")
-    assert started == []
-    optimizer_steps.start_native_build("cuda")
-    assert started == [True]

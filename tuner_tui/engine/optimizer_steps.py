@@ -13,8 +13,7 @@ as `strategies.weights` casts them, on a copy of the model built on the meta dev
 groups with the workload's own hyperparameters, through the optimizer `strategies.optimizer`
 builds. The compiled graphs are then the trial's own; the stand-ins take the memory of one
 parameter of each shape, and are given back to the GPU after each pair: a trial beside this
-worker may need all of it. The same worker starts the fused kernels' C++ build, the other
-one-time build a trial would wait for (`start_native_build`).
+worker may need all of it.
 """
 
 from __future__ import annotations
@@ -98,20 +97,6 @@ def _compile_and_free(workload, device: str, weights: str, state: str) -> tuple[
     if device == "cuda":  # the stand-ins are gone with compile_steps' frame: their memory too
         torch.cuda.empty_cache()
     return done
-
-
-def start_native_build(device: str) -> None:
-    """On a GPU, the fused kernels' C++ nodes (`gputune_kernels._native`) built in this worker
-    too, in a thread beside its compiles: once per machine, 35 s on the H200 host, which the
-    first trial with fused kernels otherwise spends in its build (an H100's HF Llama: 24.7 s,
-    against 2.3 s for a trial without them). That trial then waits for what is left of it."""
-    if device != "cuda":
-        return
-    try:
-        from gputune_kernels import _native
-    except ImportError:  # (the kernels' package missing: no trial uses the nodes either)
-        return
-    _native.extension()
 
 
 def lowest_priority() -> None:

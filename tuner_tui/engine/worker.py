@@ -520,7 +520,6 @@ class Worker:
         from tuner_tui.engine import optimizer_steps
 
         optimizer_steps.lowest_priority()  # every thread; its compile pool inherits it
-        optimizer_steps.start_native_build(self.device)  # (its own thread, once per machine)
         optimizer_steps.compile_all(
             self.workload, self.device, variants,
             lambda weights, state, seconds, error: self.emit(protocol.OptimizerStepsCompiled(
