@@ -14,8 +14,8 @@ it compiles the kernels and registers them (`run`), so the next such call stays 
 
 The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
 source, torch and Python version, then cached; a build lock that a stopped build left is cleared,
-`clear_stale_lock`) in a background thread started by the first call that
-could use it; calls take the Python path until it is ready. `wait()` blocks until the build
+`clear_stale_lock`, and another build under way is waited for, `wait_for_builder`) in a
+background thread started by the first call that could use it; calls take the Python path until it is ready. `wait()` blocks until the build
 ends and says how it went. GPUTUNE_NATIVE=0 turns the nodes off.
 """
 
@@ -103,6 +103,13 @@ def clear_stale_lock(folder: Path, now: float | None = None) -> bool:
     return False
 
 
+def wait_for_builder(folder: Path, poll_s: float = 0.5) -> None:
+    """While another process builds in `folder` (its lock there), wait for it here: torch's own
+    wait looks only for the lock to go, so a builder that died meanwhile held it forever."""
+    while (folder / "lock").exists() and not clear_stale_lock(folder):
+        time.sleep(poll_s)
+
+
 BUILDER = "builder.pid"
 """The process that last began a build in the folder (torch's lock names none)."""
 
@@ -124,7 +131,10 @@ def _alive(pid: int | None) -> bool:
         return False
     except OSError:  # (another user's process: it runs)
         return True
-    return True
+    try:  # a process that ended but that its parent has not reaped yet is a zombie: ended
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def build_folder(name: str) -> Path:
@@ -145,9 +155,8 @@ def _build() -> None:
         name = f"gputune_native_{digest}"
         folder = build_folder(name)
         folder.mkdir(parents=True, exist_ok=True)
-        clear_stale_lock(folder)
-        if not (folder / "lock").exists():  # (where another process builds, it stays named)
-            (folder / BUILDER).write_text(str(os.getpid()))
+        wait_for_builder(folder)
+        (folder / BUILDER).write_text(str(os.getpid()))
         module = load_inline(
             name=name, cpp_sources=[source], extra_cflags=["-O2"],
             extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),

@@ -9,6 +9,7 @@ the Python path runs, and its own tests check it.
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -80,14 +81,30 @@ def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monk
     _native._build()
     assert seen["build_directory"] == str(stale) and seen["lock_left"] is False
     assert (stale / _native.BUILDER).read_text() == str(os.getpid())
-    # Where another process builds (its lock fresh, it runs), torch waits for it: the builder
-    # named stays that process.
-    lock.write_text("")
-    (stale / _native.BUILDER).write_text(str(os.getppid()))
-    _native._build()
-    assert seen["lock_left"] is True
-    assert (stale / _native.BUILDER).read_text() == str(os.getppid())
     assert _native.status().startswith("unavailable: RuntimeError: no build here")
+
+
+def test_a_build_waits_for_another_builder_and_sees_it_die(tmp_path):
+    # torch's own wait looks only for the lock file to go: a builder stopped meanwhile (a
+    # worker stopped at the search's end) kept every build waiting behind it.
+    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = tmp_path / "lock"
+        lock.write_text("")
+        (tmp_path / _native.BUILDER).write_text(str(builder.pid))
+        started = time.monotonic()
+        threading.Timer(1.0, builder.kill).start()
+        _native.wait_for_builder(tmp_path, poll_s=0.05)
+        assert 0.9 < time.monotonic() - started < 10 and not lock.exists()
+    finally:
+        builder.kill()
+        builder.wait()
+    # A builder that ends its build removes the lock: the wait ends with it.
+    lock.write_text("")
+    (tmp_path / _native.BUILDER).write_text(str(os.getpid()))
+    threading.Timer(0.5, lock.unlink).start()
+    _native.wait_for_builder(tmp_path, poll_s=0.05)
+    assert not lock.exists()
 
 
 # ---- on the GPU ---------------------------------------------------------------------------
