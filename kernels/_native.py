@@ -13,10 +13,11 @@ runs (it raises the errors and stays the reference); where that path finds the n
 it compiles the kernels and registers them (`run`), so the next such call stays in C++.
 
 The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
-source, torch and Python version, then cached; a build lock that a stopped build left is cleared,
-`clear_stale_lock`, and another build under way is waited for, `wait_for_builder`) in a
-background thread started by the first call that could use it; calls take the Python path until it is ready. `wait()` blocks until the build
-ends and says how it went. GPUTUNE_NATIVE=0 turns the nodes off.
+source, torch and Python version, then cached; a build lock that a stopped build left is
+cleared, `clear_stale_lock`, and another build under way is waited for, `wait_for_builder`)
+in a background thread started by the first call that could use it; calls take the Python
+path until it is ready. `wait()` blocks until the build ends and says how it went.
+GPUTUNE_NATIVE=0 turns the nodes off.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def _start_build() -> None:
 STALE_LOCK_S = 300.0
 """torch's build lock (a `lock` file in the build's folder) is removed by the process that
 made it when its build ends; one stopped in the middle (a trial's worker stopped at the time
-budget's end, or by Ctrl-C, while it built) leaves it, and every later build waits for it
-forever. The build takes 20-60 s: a lock older than this was left behind, as is one whose
+budget's end, or by Ctrl-C, while it built) leaves it, and torch's own wait in every later
+build would wait for it forever. The build takes 20-60 s: a lock older than this was left behind, as is one whose
 builder has ended."""
 
 
