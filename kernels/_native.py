@@ -86,8 +86,8 @@ STALE_LOCK_S = 300.0
 """torch's build lock (a `lock` file in the build's folder) is removed by the process that
 made it when its build ends; one stopped in the middle (a trial's worker stopped at the time
 budget's end, or by Ctrl-C, while it built) leaves it, and torch's own wait in every later
-build would wait for it forever. The build takes 20-60 s: a lock older than this was left behind, as is one whose
-builder has ended."""
+build would wait for it forever. The build takes 20-60 s: a lock older than this was left
+behind, as is one whose builder has ended."""
 
 
 def clear_stale_lock(folder: Path, now: float | None = None) -> bool:
