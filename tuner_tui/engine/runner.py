@@ -191,7 +191,8 @@ def hold_measurement_while(current: WorkerClient, wait: Callable[[], object]) ->
 class EndingWorker:
     """Stops the last trial's worker in the background, so that its exit (its compile workers'
     shutdown, the CUDA context's teardown: 0.8-0.9 s eager and 1.1-1.7 s after a compile on 2
-    CPU cores, `benchmarks/worker_exit_cpu.py`) overlaps the next trial's build and first step instead of adding to every trial.
+    CPU cores, `benchmarks/worker_exit_cpu.py`) overlaps the next trial's build and first step
+    instead of adding to every trial.
     The next trial's measured steps wait until it has exited (`hold`), as they wait for a
     start. Its memory is mostly gone by then: a worker frees its run's tensors as it reports."""
 
