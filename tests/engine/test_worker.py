@@ -1,6 +1,5 @@
 """The worker process with the real training loop on the CPU: trials, the live run, faults."""
 
-from strategies.config import TuneConfig
 import contextlib
 import os
 import signal
@@ -8,6 +7,7 @@ import time
 
 import pytest
 
+from strategies.config import TuneConfig
 from tuner_tui.engine import protocol as P
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
@@ -489,9 +489,7 @@ def test_the_last_trial_s_worker_ends_beside_the_next_trial_not_in_its_measured_
     compile workers' shutdown) is not charged to the trial, and the next trial's measured steps
     begin only once it has exited."""
     import io
-    import time
 
-    from tuner_tui.engine.client import WorkerClient
     from tuner_tui.engine.progress import Progress
     from tuner_tui.engine.runner import TrialPlan
     from tuner_tui.engine.search.executor import WorkerExecutor
