@@ -45,6 +45,7 @@ class OracleExecutor:
         self.item_name = item_name
         self.trials: list[TuneConfig] = [] if trial_log is None else trial_log
         self.warm_ready: dict[tuple[str, str], float] = {}
+        self.native_asked = False
         """(weights, state) -> when the optimizer steps' worker has compiled it."""
 
     def start(self) -> protocol.WorkerReady:
@@ -83,6 +84,13 @@ class OracleExecutor:
         if self.o.shapes >= 20:
             seconds = max(seconds, 1.25 * self.o.shapes * float(r.uniform(0.8, 1.2)))
         return seconds
+
+    def build_native(self) -> None:
+        """The C++ nodes' build: the oracle charges no trial for it (asked is recorded)."""
+        self.native_asked = True
+
+    def native_build_summary(self) -> str | None:
+        return None
 
     def close(self) -> None:
         pass

@@ -529,6 +529,22 @@ def test_gputune_optimizer_warmup_0_leaves_each_trial_to_compile_its_own(tmp_pat
     assert "torchao's AdamW steps" not in out.getvalue()
 
 
+def test_the_kernels_c_plus_plus_build_starts_with_the_search_where_kernels_are_searched(
+        tmp_path, monkeypatch):
+    """On a GPU the fused kernels' C++ nodes build beside the first trials, not in the first
+    trial with kernels; not where no kernel set is searched, nor with GPUTUNE_NATIVE=0."""
+    out = io.StringIO()
+    _, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path / "a", 30.0, out=out)
+    assert executor.native_asked
+    assert "building the fused kernels' C++ nodes beside the trials" in out.getvalue()
+    _, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path / "b", 30.0,
+                              fixed={"fused_kernels": ()})
+    assert not executor.native_asked
+    monkeypatch.setenv("GPUTUNE_NATIVE", "0")
+    _, executor, _ = simulate(Oracle(3, fault_rate=0.0), tmp_path / "c", 30.0)
+    assert not executor.native_asked
+
+
 def test_the_search_ends_by_saying_what_the_optimizer_steps_worker_compiled(tmp_path):
     """One line before the report, and the JSON, say which pairs were compiled and which were
     not reached: a worker that did nothing is not silent."""

@@ -34,6 +34,12 @@ def optimizer_warmup(environ=os.environ) -> bool:
     return environ.get(OPTIMIZER_WARMUP_ENV, "1") != "0"
 
 
+def native_nodes(environ=os.environ) -> bool:
+    """Whether the fused kernels' eager calls may take the C++ nodes ($GPUTUNE_NATIVE, 1 by
+    default; `gputune_kernels._native` reads it in the worker)."""
+    return environ.get("GPUTUNE_NATIVE", "1") != "0"
+
+
 def _shown(text: str) -> str:
     return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 

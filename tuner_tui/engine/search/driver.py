@@ -138,6 +138,8 @@ class Search:
         finally:
             try:
                 self._optimizer_steps_reported(last=True)
+                if summary := self.executor.native_build_summary():
+                    self.say(summary)
             except Exception:  # what it compiled is a note; the report must be written
                 pass
             finally:
@@ -202,6 +204,17 @@ class Search:
             self.say(f"not searched: {key}, which would train this model differently: "
                      f"{changes_training[key]} (--search {key}=... tries it anyway)")
         self._warm_optimizer_steps()
+        self._build_native()
+
+    def _build_native(self) -> None:
+        """On a GPU, the fused kernels' C++ nodes built beside the first trials
+        (`engine/native_build.py`), where a kernel set is searched and $GPUTUNE_NATIVE is not
+        0: their build is then not charged to the first trial with kernels."""
+        if self.caps.device != "cuda" or not kernel_knobs.native_nodes() \
+                or not any(self.space.values("fused_kernels")):
+            return
+        self.executor.build_native()
+        self.say("building the fused kernels' C++ nodes beside the trials")
 
     def _warm_optimizer_steps(self) -> None:
         """On one GPU, torchao's AdamW steps compiled beside the trials (`warming.py`), unless

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from strategies.config import TuneConfig
 from tuner_tui.engine import protocol
+from tuner_tui.engine.native_build import NativeBuild
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
 from tuner_tui.engine.runner import (EndingWorker, NextWorker, OptimizerStepWarmup, TrialPlan,
@@ -43,8 +44,14 @@ class TrialExecutor(Protocol):
         """What happened to the worker that compiles them: a failed start, a death, the pair
         it is compiling now."""
 
+    def build_native(self) -> None:
+        """Build the fused kernels' C++ nodes beside the trials (`native_build.NativeBuild`)."""
+
+    def native_build_summary(self) -> str | None:
+        """How that build went, or is going (None where none was started)."""
+
     def close(self) -> None:
-        """Stop every worker still up."""
+        """Stop every worker still up, and the build beside them."""
 
 
 class WorkerExecutor:
@@ -53,6 +60,14 @@ class WorkerExecutor:
         self._next = NextWorker(spec)
         self._ending = EndingWorker()
         self._warmup: OptimizerStepWarmup | None = None
+        self._native: NativeBuild | None = None
+
+    def build_native(self) -> None:
+        if self._native is None:
+            self._native = NativeBuild(dict(self.spec.environ))
+
+    def native_build_summary(self) -> str | None:
+        return self._native.summary() if self._native is not None else None
 
     def warm_optimizer_steps(self, variants: tuple[tuple[str, str], ...]) -> None:
         if self._warmup is None and variants:
@@ -107,6 +122,8 @@ class WorkerExecutor:
         self._ending.wait()
         if self._warmup is not None:
             self._warmup.close()
+        if self._native is not None:
+            self._native.close()
 
 
 def error_row(config: TuneConfig, exc: BaseException) -> TrialResult:
