@@ -47,3 +47,16 @@ def test_a_build_stopped_in_the_middle_ends_with_its_compiler_and_says_so(tmp_pa
     assert build.process.returncode is not None
     assert _group_ended(pgid)  # ninja and the compiler too
     assert not list(folder.glob("*.so"))  # (it was stopped before the end)
+
+
+def test_a_build_that_ends_says_how_it_went_and_in_how_long():
+    """(GPUTUNE_NATIVE=0 ends it as soon as torch is imported: the words it ends with are
+    those of a finished build.)"""
+    build = NativeBuild({"GPUTUNE_NATIVE": "0"})
+    deadline = time.monotonic() + 120
+    while not build.poll() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert build.status == "off (GPUTUNE_NATIVE=0)"
+    assert 0 < build.took_s < time.monotonic() - build.started
+    assert build.close() == ("the fused kernels' C++ build beside the trials: "
+                             f"off (GPUTUNE_NATIVE=0) after {build.took_s:.0f} s")

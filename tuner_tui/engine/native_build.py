@@ -22,12 +22,15 @@ import sys
 import time
 
 BUILD = (
-    "import os\n"
+    "import os, time\n"
+    "started = time.monotonic()\n"
     "os.nice(19)\n"
     "from gputune_kernels import _native\n"
-    "print(_native.wait(), flush=True)\n"
+    "status = _native.wait()\n"
+    "print(f'{time.monotonic() - started:.1f} {status}', flush=True)\n"
 )
-"""The build process's program: build (or load the cached build) and say how it went."""
+"""The build process's program: build (or load the cached build), then say in how long (its
+own count: the search reads it only at its end) and how it went."""
 
 
 class NativeBuild:
@@ -37,8 +40,9 @@ class NativeBuild:
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         env = {**os.environ, **(environ or {}), "PYTHONSAFEPATH": "1"}
         self.started = time.monotonic()
+        self.ended = False
         self.took_s: float | None = None
-        """Seconds from the start until the process was seen to end (None: not seen yet)."""
+        """Seconds the build took, as it said (None: not ended, or ended without a word)."""
         self.status = "building"
         """What `_native.wait` said ('ready', 'unavailable: why', ...), once it ended."""
         self.process = subprocess.Popen(
@@ -47,20 +51,25 @@ class NativeBuild:
 
     def poll(self) -> bool:
         """Whether the build has ended (its status and time then read)."""
-        if self.took_s is not None:
+        if self.ended:
             return True
         code = self.process.poll()
         if code is None:
             return False
-        self.took_s = time.monotonic() - self.started
+        self.ended = True
         out = (self.process.stdout.read() if self.process.stdout else "").strip()
-        self.status = (out.splitlines()[-1] if out else f"ended with exit code {code}")[:300]
+        took, _, status = (out.splitlines()[-1] if out else "").partition(" ")
+        try:
+            self.took_s = float(took)
+            self.status = status[:300]
+        except ValueError:  # (it died before it could say)
+            self.status = f"ended with exit code {code}"
         return True
 
     def summary(self) -> str:
         if self.poll():
-            return f"the fused kernels' C++ build beside the trials: {self.status} " \
-                   f"after {self.took_s:.0f} s"
+            return "the fused kernels' C++ build beside the trials: " + self.status + (
+                f" after {self.took_s:.0f} s" if self.took_s is not None else "")
         return f"the fused kernels' C++ build beside the trials was stopped after " \
                f"{time.monotonic() - self.started:.0f} s (the next build takes it up)"
 
