@@ -209,6 +209,12 @@ def apply(run, config) -> None:
                       "with cycle_momentum=False", stacklevel=3)
 
 
+def copies_gradients_to_cpu(optimizer) -> bool:
+    """Whether `optimizer` is torchao's CPU offload, or made from it (`offload_optimizer_class`
+    is): checked by the class's ancestry, without importing torchao on every step."""
+    return any(cls.__name__ == "CPUOffloadOptimizer" for cls in type(optimizer).__mro__)
+
+
 def clip_gradients(optimizer, parameters, max_norm: float) -> None:
     """Clip the global gradient norm to `max_norm`.
 
@@ -217,7 +223,7 @@ def clip_gradients(optimizer, parameters, max_norm: float) -> None:
     there) and the CPU copies are scaled by the same factor once their copy has landed."""
     parameters = list(parameters)
     total = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    if type(optimizer).__name__ != "CPUOffloadOptimizer":
+    if not copies_gradients_to_cpu(optimizer):
         return
     factor = torch.clamp(max_norm / (total + 1e-6), max=1.0).cpu()
     for p_device, copied in optimizer.queue.items():
