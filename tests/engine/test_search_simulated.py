@@ -144,7 +144,8 @@ def test_a_budget_just_under_the_lean_configuration_is_met_by_the_cheapest_closi
 
 class Raising:
     """An executor that fails now and then: a trial whose run raises, as a bug would, and one
-    the worker refuses (status invalid, as for a combination its checks refuse)."""
+    the worker refuses (status invalid, as for a combination its checks refuse); its C++
+    build cannot be spawned."""
 
     def __init__(self, inner, every: int) -> None:
         self.inner, self.every, self.count = inner, every, 0
@@ -160,6 +161,12 @@ class Raising:
 
     def optimizer_steps_notes(self):
         return self.inner.optimizer_steps_notes()
+
+    def build_native(self):
+        raise OSError("injected: the build process could not be spawned")
+
+    def native_build_summary(self):
+        return None
 
     def run(self, config, *args):
         self.count += 1
@@ -191,9 +198,11 @@ def test_injected_faults_never_raise_and_the_outcome_is_always_written(tmp_path)
         plan = SearchPlan(WorkerSpec(workload=f"oracle-{seed}", device="cuda"),
                           max_memory_bytes=o.budget, budget_s=FIVE_MINUTES)
         store = ResultStore(tmp_path / f"s{seed}.sqlite3", on_problem=lambda m: None)
-        outcome = Search(plan, store, out=io.StringIO(), executor=executor, clock=clock,
+        out = io.StringIO()
+        outcome = Search(plan, store, out=out, executor=executor, clock=clock,
                          references=ReferenceCache(tmp_path / f"r{seed}")).run()
         store.close()
+        assert "C++ build beside the trials could not start: OSError: injected" in out.getvalue()
         statuses = {r.status for r in outcome.results}
         assert {"error", "invalid"} <= statuses and statuses & {"crash", "compile"}
         assert all(r.message for r in outcome.results if r.status == "error")

@@ -213,7 +213,12 @@ class Search:
         if self.caps.device != "cuda" or not kernel_knobs.native_nodes() \
                 or not any(self.space.values("fused_kernels")):
             return
-        self.executor.build_native()
+        try:
+            self.executor.build_native()
+        except Exception as exc:  # (the first trial with kernels builds them, as before)
+            self.say(f"the fused kernels' C++ build beside the trials could not start: "
+                     f"{type(exc).__name__}: {exc}")
+            return
         self.say("building the fused kernels' C++ nodes beside the trials")
 
     def _warm_optimizer_steps(self) -> None:
