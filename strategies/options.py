@@ -96,6 +96,12 @@ class SearchFacts:
     addresses: tuple[str, ...] = ()
     """The profile's bottlenecks (host, memory, compute, communication) this option can relieve:
     with `--profile`, a candidate changing it is weighed up where the incumbent's profile says so."""
+    fails_with: dict = field(default_factory=dict)
+    """Words (lower case) that, found in a failed trial's message, name the values of this
+    option that share the failure's cause: the configuration's own value takes all the blame,
+    the others listed half, and nothing else in the configuration any. A CUDA graph capture
+    error is reduce-overhead's and max-autotune's (both capture graphs), not the default
+    mode's; the search then still tries compiling without graphs."""
 
 
 def _shown(value: Any, limit: int = 40) -> str:

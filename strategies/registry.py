@@ -222,6 +222,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                            "rowwise": Prior((-0.08, 0.08), large=(0.04, 0.06),
                                             eager=(-0.3, 0.15), risk=0.1)},
                     addresses=("compute",),
+                    fails_with={words: ("tensorwise", "rowwise")
+                                for words in ("float8", "scaled_mm")},
                     # Compiled, the linears' inputs are kept in one byte, not two; eager,
                     # torchao's casts held 2-6% more than bf16 alone (the Llamas on the H200
                     # and H100, checkpointed; GPT-2 124M).
@@ -374,6 +376,8 @@ STRATEGIES: tuple[Strategy, ...] = (
                            "max-autotune": Prior((0.27, 0.1), risk=0.1),
                            "max-autotune-no-cudagraphs": Prior((0.26, 0.1), risk=0.1)},
                     addresses=("host", "memory"),
+                    fails_with={words: ("reduce-overhead", "max-autotune") for words in (
+                        "cuda graph", "cudagraph", "stream is capturing", "stream capture")},
                 ),
             ),
             BoolOption(

@@ -350,6 +350,38 @@ def test_a_lost_loss_is_blamed_on_the_numerics_not_on_the_compiler_beside_them()
     assert priors.failures.get(("compile_mode", "default"), 0) > 0
 
 
+def test_a_failure_whose_message_names_its_cause_is_blamed_on_that_value_alone():
+    """A CUDA graph capture error is the graphs' (reduce-overhead, and max-autotune, which
+    captures them too): compiling without graphs, float8 and the kernels keep their chance;
+    a float8 error is float8's. A message that names nothing is shared as before."""
+    from dataclasses import replace
+
+    from tuner_tui.engine.search.priors import Priors
+
+    priors = Priors(Context("cuda", large=True, default_batch=16), canonical=lambda c: c)
+    recipe = TuneConfig.from_dict({"precision": "bf16", "fp8": "tensorwise",
+                                   "compile_mode": "reduce-overhead", "compile_scope": "block",
+                                   "fused_kernels": ("linear_cross_entropy",)})
+    default = recipe.replace(compile_mode="default")
+    before = priors.chance_it_works(default)
+    failed = replace(row_of(status="compile", **recipe.to_dict()),
+                     message="compile failed: RuntimeError: CUDA error: operation not "
+                             "permitted when stream is capturing")
+    priors.observe(recipe, failed)
+    assert priors.failures == {("compile_mode", "reduce-overhead"): 1.0,
+                               ("compile_mode", "max-autotune"): 0.5}
+    assert priors.chance_it_works(default) == before
+    assert priors.chance_it_works(recipe) < 0.3 * before
+    priors.observe(default, replace(row_of(status="compile", **default.to_dict()),
+                                    message="compile failed: _scaled_mm needs sm_89"))
+    assert priors.failures[("fp8", "tensorwise")] == 1.0
+    assert priors.failures[("fp8", "rowwise")] == 0.5
+    assert ("compile_mode", "default") not in priors.failures
+    priors.observe(default, replace(row_of(status="crash", **default.to_dict()),
+                                    message="the worker process died (exit code -11)"))
+    assert priors.failures.get(("compile_mode", "default"), 0) > 0
+
+
 def test_a_lost_loss_where_only_the_micro_batches_are_new_is_blamed_on_them():
     """A loss averaged over a count that differs between micro-batches, or a BatchNorm the
     worker did not see: the split changes the training. Where every value beside it that

@@ -227,6 +227,11 @@ class Priors:
             return
         if result.status in NUMERICS_FAILED:  # a lost loss is the numerics' doing, not a kernel's
             values = [v for v in values if _changes_numerics(*v)] or values
+        named = named_causes(config, result.message) if result.status in FAILED else {}
+        if named:  # the message says which value failed: it alone is to blame
+            for value, blame in named.items():
+                self.failures[value] = self.failures.get(value, 0.0) + blame
+            return
         if result.status in FAILED:
             # What it brought that has not worked here yet takes the blame: a value that has
             # worked keeps its chance whatever fails beside it, so blame put on it is lost.
@@ -365,6 +370,23 @@ def _splits(config: TuneConfig) -> bool:
 
 def _changes_numerics(key: str, value) -> bool:
     return key != "fused_kernels" and value in OPTIONS[key].search.numerics
+
+
+def named_causes(config: TuneConfig, message: str) -> dict[tuple[str, object], float]:
+    """The values a failure's message names as its cause (`SearchFacts.fails_with`), with their
+    blame: 1 for the configuration's own value, 1/2 for the others that share the cause."""
+    text = (message or "").lower()
+    found: dict[tuple[str, object], float] = {}
+    for key, value in risky_values(config):
+        if key == "fused_kernels":
+            continue
+        for words, values in OPTIONS[key].search.fails_with.items():
+            if value in values and words in text:
+                found[(key, value)] = 1.0
+                for other in values:
+                    if other != value:
+                        found.setdefault((key, other), 0.5)
+    return found
 
 
 def _siblings(key: str, value) -> list[tuple[str, object]]:
