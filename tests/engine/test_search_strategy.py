@@ -382,6 +382,30 @@ def test_a_failure_whose_message_names_its_cause_is_blamed_on_that_value_alone()
     assert priors.failures.get(("compile_mode", "default"), 0) > 0
 
 
+def test_the_cuda_graph_errors_of_the_committed_gpu_runs_are_named_the_graphs():
+    """The GPU's own words: the four trials of the committed H200 files that died with
+    "accessing tensor output of CUDAGraphs that has been overwritten" (checkpointing under
+    CUDA graphs, 2026-12-02) are blamed on reduce-overhead, as `fails_with` declares."""
+    import json
+    from pathlib import Path
+
+    from tuner_tui.engine.search.priors import named_causes
+
+    found = 0
+    for path in sorted((Path(__file__).resolve().parents[2] / "benchmarks/results").glob(
+            "**/*.json")):
+        try:
+            rows = json.loads(path.read_text()).get("results")
+        except (ValueError, AttributeError):
+            continue
+        for row in rows if isinstance(rows, list) else ():
+            if isinstance(row, dict) and "CUDAGraphs" in (row.get("message") or ""):
+                found += 1
+                named = named_causes(TuneConfig.from_dict(row["config"]), row["message"])
+                assert named.get(("compile_mode", "reduce-overhead")) == 1.0, path
+    assert found >= 4
+
+
 def test_a_lost_loss_where_only_the_micro_batches_are_new_is_blamed_on_them():
     """A loss averaged over a count that differs between micro-batches, or a BatchNorm the
     worker did not see: the split changes the training. Where every value beside it that
