@@ -78,6 +78,12 @@ def _checkpointing_note(config: TuneConfig) -> str:
             f"the trainer cannot choose; {APPLY} applies it")
 
 
+def _clips_cpu_copies(config: TuneConfig) -> bool:
+    """Clipping with offloaded state: torchao copies each gradient to the CPU during backward,
+    so a trainer's clipping, after it, misses the copies; the trainer's own is left off."""
+    return config.optimizer_state == "offload" and bool(config.grad_clip)
+
+
 def _common_notes(config: TuneConfig, *, compile_field: bool, kernels_field: bool,
                   fp8_field: bool) -> list[str]:
     """Notes for the choices no trainer here has a field for."""
@@ -102,6 +108,12 @@ def _common_notes(config: TuneConfig, *, compile_field: bool, kernels_field: boo
                 "(torchao CPUOffloadOptimizer)"}[config.optimizer_state]
         notes.append(f"optimizer_state = {config.optimizer_state}: {what}; {APPLY} builds it "
                      "(tuned.optimizer)")
+    if _clips_cpu_copies(config):
+        # (the trainer clips the GPU's gradients after backward: the CPU's were copied during it)
+        notes.append(f"grad_clip = {config.grad_clip:g} with optimizer_state = offload: a "
+                     "trainer's clipping misses the gradients' CPU copies; turn it off and call "
+                     "strategies.optimizer.clip_gradients(tuned.optimizer, model.parameters(), "
+                     f"{config.grad_clip:g}) before the step (tuned.step does)")
     return notes
 
 
@@ -113,7 +125,7 @@ def hf_training_arguments(config: TuneConfig, batch_size: int | None = None) -> 
     fields: dict = {"bf16": config.precision == "bf16", "fp16": config.precision == "fp16"}
     if config.precision == "tf32":
         fields["tf32"] = True
-    fields["max_grad_norm"] = config.grad_clip
+    fields["max_grad_norm"] = 0.0 if _clips_cpu_copies(config) else config.grad_clip
     notes = _common_notes(config, compile_field=True, kernels_field=True, fp8_field=False)
 
     batch = Batch.of(config, batch_size)
@@ -260,7 +272,7 @@ def accelerate_config(config: TuneConfig, batch_size: int | None = None,
     else:
         notes.append(f"batch: DataLoader batch_size={batch.per_device} per process, "
                      f"Accelerator(gradient_accumulation_steps={batch.accumulation})")
-    if config.grad_clip:
+    if config.grad_clip and not _clips_cpu_copies(config):
         notes.append(f"grad_clip = {config.grad_clip:g}: accelerator.clip_grad_norm_("
                      f"model.parameters(), {config.grad_clip:g})")
     notes.append(_optimizer_note(config))
@@ -294,7 +306,7 @@ def lightning_trainer(config: TuneConfig, batch_size: int | None = None) -> Trai
                           fp8_field=False)
     if config.precision == "tf32":
         notes.append("precision = tf32: torch.set_float32_matmul_precision(\"high\") before fit")
-    if config.grad_clip:
+    if config.grad_clip and not _clips_cpu_copies(config):
         trainer["gradient_clip_val"] = config.grad_clip
         trainer["gradient_clip_algorithm"] = "norm"
     batch = Batch.of(config, batch_size)

@@ -88,6 +88,23 @@ def test_what_a_trainer_has_no_field_for_is_named_with_the_gputune_call(tmp_path
         assert "fp8 = rowwise" in notes and "compile_scope = block" in notes
 
 
+@pytest.mark.parametrize("fmt", exports.TRAINER_FORMATS)
+def test_offloaded_state_with_clipping_says_how_to_clip_the_cpu_copies(tmp_path, fmt):
+    """torchao's offload copies the gradients to the CPU during backward: a trainer's own
+    clipping comes after and misses them (the run trains unclipped)."""
+    fields, text = _file(tmp_path, fmt, {"precision": "bf16", "optimizer_state": "offload",
+                                         "grad_clip": 0.5})
+    assert "grad_clip = 0.5 with optimizer_state = offload" in _notes(text)
+    assert "clip_gradients(tuned.optimizer, model.parameters(), 0.5)" in _notes(text)
+    # The trainer's own clipping is left off (it would clip the on-device part alone).
+    assert "accelerator.clip_grad_norm_" not in _notes(text)
+    assert fields.get("max_grad_norm", 0.0) == 0.0
+    assert "gradient_clip_val" not in (fields.get("trainer") or {})
+    _, text = _file(tmp_path, fmt, {"precision": "bf16", "optimizer_state": "bf16",
+                                    "grad_clip": 0.5})
+    assert "clip_gradients" not in _notes(text)
+
+
 def test_accelerate_fields(tmp_path):
     fields, _ = _file(tmp_path, "accelerate", {"precision": "bf16", "compile_mode": "default",
                                                "parallel": "fsdp2", "devices": 4,
