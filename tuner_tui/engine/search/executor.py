@@ -48,7 +48,8 @@ class TrialExecutor(Protocol):
         """Build the fused kernels' C++ nodes beside the trials (`native_build.NativeBuild`)."""
 
     def native_build_summary(self) -> str | None:
-        """How that build went, or is going (None where none was started)."""
+        """How that build went (None where none was started); asked as the search ends, so one
+        still under way is said to be stopped, as `close` then stops it."""
 
     def close(self) -> None:
         """Stop every worker still up, and the build beside them."""
