@@ -13,8 +13,8 @@ runs (it raises the errors and stays the reference); where that path finds the n
 it compiles the kernels and registers them (`run`), so the next such call stays in C++.
 
 The extension is compiled with torch's cpp_extension (a C++ compiler and ninja; once per
-source, torch and Python version, then cached; a build lock that a stopped build left is
-cleared, `clear_stale_lock`, and another build under way is waited for, `wait_for_builder`)
+source, torch and Python version, then cached; one process builds at a time, under a lock
+that ends with its holder, `build_lock`)
 in a background thread started by the first call that could use it; calls take the Python
 path until it is ready. `wait()` blocks until the build ends and says how it went.
 GPUTUNE_NATIVE=0 turns the nodes off.
@@ -22,14 +22,19 @@ GPUTUNE_NATIVE=0 turns the nodes off.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # (not POSIX)
+    fcntl = None
 
 
 ENABLED = os.environ.get("GPUTUNE_NATIVE", "1") != "0"
@@ -82,60 +87,26 @@ def _start_build() -> None:
         _build_thread.start()
 
 
-STALE_LOCK_S = 300.0
-"""torch's build lock (a `lock` file in the build's folder) is removed by the process that
-made it when its build ends; one stopped in the middle (a trial's worker stopped at the time
-budget's end, or by Ctrl-C, while it built) leaves it, and torch's own wait in every later
-build would wait for it forever. The build takes 20-60 s: a lock older than this was left
-behind, as is one whose builder has ended."""
+BUILD_LOCK = "gputune.build.lock"
+"""The file whose advisory lock (flock) every gputune build of the folder holds while it builds.
+
+torch's own build lock (a `lock` file that the first builder creates and removes when its
+build ends) is left behind by a build stopped in the middle (a worker stopped at the time
+budget's end, Ctrl-C, the search's end stopping the build beside the trials), and torch's own
+wait in every later build then waits for it forever. The kernel releases a flock when its
+holder dies, however it dies: holding one while it builds, a build waits for any other to end
+or die, and under it any torch lock in the folder was left by a build that has ended."""
 
 
-def clear_stale_lock(folder: Path, now: float | None = None) -> bool:
-    """Remove `folder`'s build lock where the process that last began a build there (`BUILDER`)
-    has ended, or the lock is older than STALE_LOCK_S; whether it did."""
-    lock = folder / "lock"
-    try:
-        age = (time.time() if now is None else now) - lock.stat().st_mtime
-        if age > STALE_LOCK_S or not _alive(_builder(folder)):
-            lock.unlink()
-            return True
-    except OSError:  # no lock, or another process took it away first
-        pass
-    return False
-
-
-def wait_for_builder(folder: Path, poll_s: float = 0.5) -> None:
-    """While another process builds in `folder` (its lock there), wait for it here: torch's own
-    wait looks only for the lock to go, so a builder that died meanwhile held it forever."""
-    while (folder / "lock").exists() and not clear_stale_lock(folder):
-        time.sleep(poll_s)
-
-
-BUILDER = "builder.pid"
-"""The process that last began a build in the folder (torch's lock names none)."""
-
-
-def _builder(folder: Path) -> int | None:
-    try:
-        return int((folder / BUILDER).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int | None) -> bool:
-    """Whether process `pid` runs (True where unknown: only the lock's age then tells)."""
-    if pid is None:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # (another user's process: it runs)
-        return True
-    try:  # a process that ended but that its parent has not reaped yet is a zombie: ended
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+@contextlib.contextmanager
+def build_lock(folder: Path):
+    """Hold the folder's build lock (waiting for another build's end), with torch's lock that
+    an ended build left removed."""
+    with open(folder / BUILD_LOCK, "a") as held:  # (closing it releases the lock)
+        if fcntl is not None:  # (POSIX; elsewhere torch's lock alone)
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+            (folder / "lock").unlink(missing_ok=True)
+        yield
 
 
 def build_folder(name: str) -> Path:
@@ -156,12 +127,11 @@ def _build() -> None:
         name = f"gputune_native_{digest}"
         folder = build_folder(name)
         folder.mkdir(parents=True, exist_ok=True)
-        wait_for_builder(folder)
-        (folder / BUILDER).write_text(str(os.getpid()))
-        module = load_inline(
-            name=name, cpp_sources=[source], extra_cflags=["-O2"],
-            extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),
-        )
+        with build_lock(folder):
+            module = load_inline(
+                name=name, cpp_sources=[source], extra_cflags=["-O2"],
+                extra_ldflags=["-ldl"], verbose=False, build_directory=str(folder),
+            )
         if not module.find_driver():
             _status = "unavailable: no libcuda.so.1 with the launch and context functions"
             return

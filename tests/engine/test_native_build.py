@@ -38,7 +38,7 @@ def test_a_build_stopped_in_the_middle_ends_with_its_compiler_and_says_so(tmp_pa
         time.sleep(0.1)
     assert list(tmp_path.glob("gputune_native_*/lock"))
     [folder] = tmp_path.glob("gputune_native_*")
-    assert (folder / "builder.pid").read_text() == str(pgid)  # its lock is known as its own
+    assert _build_lock_held(folder)  # its own, that ends with it
     assert not build.poll()
     started = time.monotonic()
     summary = build.close()
@@ -47,6 +47,20 @@ def test_a_build_stopped_in_the_middle_ends_with_its_compiler_and_says_so(tmp_pa
     assert build.process.returncode is not None
     assert _group_ended(pgid)  # ninja and the compiler too
     assert not list(folder.glob("*.so"))  # (it was stopped before the end)
+    assert not _build_lock_held(folder)  # the next build goes on at once
+
+
+def _build_lock_held(folder) -> bool:
+    import fcntl
+
+    from gputune_kernels import _native
+
+    with open(folder / _native.BUILD_LOCK, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
 
 
 def test_a_build_that_ends_says_how_it_went_and_in_how_long():

@@ -37,74 +37,74 @@ def test_gputune_native_0_turns_the_nodes_off():
     assert out.stdout.split("\n")[:2] == ["off (GPUTUNE_NATIVE=0)"] * 2
 
 
-def test_a_build_lock_left_by_a_stopped_build_is_cleared_and_a_fresh_one_kept(tmp_path):
-    lock = tmp_path / "lock"
-    lock.write_text("")
-    now = lock.stat().st_mtime
-    assert not _native.clear_stale_lock(tmp_path, now=now + 60)  # a build under way
-    assert lock.exists()
-    assert _native.clear_stale_lock(tmp_path, now=now + _native.STALE_LOCK_S + 1)
-    assert not lock.exists()
-    assert not _native.clear_stale_lock(tmp_path)  # (no lock)
-    # A fresh lock whose builder has ended (a tune stopped by Ctrl-C mid-build, run again).
-    lock.write_text("")
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
-    (tmp_path / _native.BUILDER).write_text(ended.stdout)
-    assert _native.clear_stale_lock(tmp_path) and not lock.exists()
-    lock.write_text("")
-    (tmp_path / _native.BUILDER).write_text(str(os.getpid()))  # alive: still building
-    assert not _native.clear_stale_lock(tmp_path) and lock.exists()
+HOLD_THE_BUILD_LOCK = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from gputune_kernels import _native\n"
+    "with _native.build_lock(Path(sys.argv[1])):\n"
+    "    print('held', flush=True)\n"
+    "    time.sleep(60)\n"
+)
 
 
-def test_the_build_clears_a_stale_lock_in_the_folder_it_builds_in(tmp_path, monkeypatch):
-    # torch's own lock waits forever for a file that a worker stopped mid-build left behind.
+def test_a_build_waits_for_another_builder_and_goes_on_when_it_is_killed(tmp_path):
+    # torch's own wait looks only for its lock file to go: a builder killed mid-build (a
+    # worker stopped at the search's end) kept every later build waiting behind it forever.
+    builder = subprocess.Popen([sys.executable, "-c", HOLD_THE_BUILD_LOCK, str(tmp_path)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout.readline().strip() == "held"
+        (tmp_path / "lock").write_text("")  # torch's, as the builder's load_inline made it
+        started = time.monotonic()
+        threading.Timer(1.0, builder.kill).start()
+        with _native.build_lock(tmp_path):
+            waited = time.monotonic() - started
+            assert not (tmp_path / "lock").exists()  # left by a build that ended: cleared
+    finally:
+        builder.kill()
+        builder.wait()
+    assert 0.9 < waited < 30
+    # Released on leaving: the next build takes it at once.
+    started = time.monotonic()
+    with _native.build_lock(tmp_path):
+        assert time.monotonic() - started < 1
+
+
+def test_the_build_runs_under_the_build_lock_in_the_folder_it_builds_in(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp_extension
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     seen = {}
 
     def load_inline(**kwargs):  # (the compile itself is the GPU suite's: here, where it runs)
-        seen.update(kwargs, lock_left=(Path(kwargs["build_directory"]) / "lock").exists())
+        folder = Path(kwargs["build_directory"])
+        seen.update(kwargs, lock_left=(folder / "lock").exists(),
+                    others_wait=held_elsewhere(folder))
         raise RuntimeError("no build here")
 
     assert _native.build_folder("x") == tmp_path / "x"
     monkeypatch.setattr(cpp_extension, "load_inline", load_inline)
     monkeypatch.setattr(_native, "_status", "not built")
-    stale = tmp_path / "stale"
-    stale.mkdir()
-    monkeypatch.setattr(_native, "build_folder", lambda name: stale)
-    lock = stale / "lock"
-    lock.write_text("")
-    old = time.time() - _native.STALE_LOCK_S - 10
-    os.utime(lock, (old, old))
+    folder = tmp_path / "stale"
+    folder.mkdir()
+    monkeypatch.setattr(_native, "build_folder", lambda name: folder)
+    (folder / "lock").write_text("")  # a stopped build's
     _native._build()
-    assert seen["build_directory"] == str(stale) and seen["lock_left"] is False
-    assert (stale / _native.BUILDER).read_text() == str(os.getpid())
+    assert seen["build_directory"] == str(folder) and seen["lock_left"] is False
+    assert seen["others_wait"], "another process took the build lock during the build"
     assert _native.status().startswith("unavailable: RuntimeError: no build here")
+    assert not held_elsewhere(folder)  # released with the failed build
 
 
-def test_a_build_waits_for_another_builder_and_sees_it_die(tmp_path):
-    # torch's own wait looks only for the lock file to go: a builder stopped meanwhile (a
-    # worker stopped at the search's end) kept every build waiting behind it.
-    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        lock = tmp_path / "lock"
-        lock.write_text("")
-        (tmp_path / _native.BUILDER).write_text(str(builder.pid))
-        started = time.monotonic()
-        threading.Timer(1.0, builder.kill).start()
-        _native.wait_for_builder(tmp_path, poll_s=0.05)
-        assert 0.9 < time.monotonic() - started < 10 and not lock.exists()
-    finally:
-        builder.kill()
-        builder.wait()
-    # A builder that ends its build removes the lock: the wait ends with it.
-    lock.write_text("")
-    (tmp_path / _native.BUILDER).write_text(str(os.getpid()))
-    threading.Timer(0.5, lock.unlink).start()
-    _native.wait_for_builder(tmp_path, poll_s=0.05)
-    assert not lock.exists()
+def held_elsewhere(folder: Path) -> bool:
+    """Whether another process finds the folder's build lock held (it cannot take it now)."""
+    code = ("import fcntl, sys\n"
+            "f = open(sys.argv[1], 'a')\n"
+            "try:\n    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "except BlockingIOError:\n    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(folder / _native.BUILD_LOCK)],
+                          timeout=60)
+    return done.returncode == 3
 
 
 # ---- on the GPU ---------------------------------------------------------------------------

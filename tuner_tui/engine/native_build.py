@@ -6,11 +6,11 @@ version, then cached). Left to the first trial with fused kernels, it is charged
 on an H100 the expert's eager trial spent 24.7 s of its 43 s building (docs/search.md,
 2026-12-06). Started with the search, it runs while the baseline trial runs, on a CPU core the
 trials leave idle, at the lowest CPU priority; the trial that needs it waits only for what is
-left (`_native.wait_for_builder`), then loads the cached build.
+left (`_native.build_lock`), then loads the cached build.
 
 The process is its own session, so a Ctrl-C reaches only gputune, which ends it in `close`. A
-build ended in the middle leaves torch's lock behind; the next build clears it, its builder
-having ended (`_native.clear_stale_lock`).
+build ended in the middle leaves torch's lock behind; the next build clears it (its build lock
+ended with the process, `_native.build_lock`).
 """
 
 from __future__ import annotations
