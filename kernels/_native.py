@@ -103,9 +103,12 @@ def build_lock(folder: Path):
     """Hold the folder's build lock (waiting for another build's end), with torch's lock that
     an ended build left removed."""
     with open(folder / BUILD_LOCK, "a") as held:  # (closing it releases the lock)
-        if fcntl is not None:  # (POSIX; elsewhere torch's lock alone)
-            fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-            (folder / "lock").unlink(missing_ok=True)
+        try:
+            if fcntl is not None:  # (POSIX)
+                fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+                (folder / "lock").unlink(missing_ok=True)
+        except OSError:  # (a file system without locks, an NFS mount's nolock): torch's alone
+            pass
         yield
 
 

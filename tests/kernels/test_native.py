@@ -96,6 +96,18 @@ def test_the_build_runs_under_the_build_lock_in_the_folder_it_builds_in(tmp_path
     assert not held_elsewhere(folder)  # released with the failed build
 
 
+def test_a_file_system_without_locks_builds_under_torch_s_lock_alone(tmp_path, monkeypatch):
+    import errno
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(_native.fcntl, "flock", no_locks)
+    (tmp_path / "lock").write_text("")  # (torch's: not known to be stale without the lock)
+    with _native.build_lock(tmp_path):
+        assert (tmp_path / "lock").exists()
+
+
 def held_elsewhere(folder: Path) -> bool:
     """Whether another process finds the folder's build lock held (it cannot take it now)."""
     code = ("import fcntl, sys\n"
