@@ -65,10 +65,21 @@ def test_a_terminal_closed_during_tune_still_gets_the_json_and_the_export(tmp_pa
                 shown += os.read(master, 1 << 16)
     finally:
         os.close(master)  # the terminal closes
-    assert proc.wait(timeout=90) == 130
+    code = proc.wait(timeout=90)
+    assert code == 130, _left_behind(tmp_path, code)
     written = json.loads(doc.read_text())
     assert written["interrupted"] is True and written["results"], (written, shown[-3000:])
     assert "[config]" in best.read_text()
+
+
+def _left_behind(home: Path, code: int) -> str:
+    """What a run whose terminal is gone left to say why it exited with `code`: its files under
+    its home (the workers' log, the report) and its JSON, tails of each."""
+    parts = [f"exit code {code}"]
+    for path in sorted(p for p in home.rglob("*") if p.is_file() and p.suffix in (
+            ".log", ".txt", ".json")):
+        parts.append(f"--- {path.relative_to(home)}\n{path.read_text(errors='replace')[-1500:]}")
+    return "\n".join(parts)
 
 
 def test_an_output_that_became_unwritable_mid_run_costs_only_that_output(tmp_path):
