@@ -50,7 +50,7 @@ def _own_options_at_their_best_batch(oracle, space, answer):
     return dataclasses.replace(space, choices=choices, fixed=tuple(fixed.items()))
 
 
-def one(args: tuple[int, float]) -> dict:
+def search_one(args: tuple[int, float]) -> dict:
     seed, budget_s = args
     _paths()
     from search_oracle import MAX_DOUBLINGS, Oracle
@@ -98,7 +98,7 @@ def main() -> int:
     args = parser.parse_args()
     first, end = (int(x) for x in args.seeds.split(":"))
     with Pool(2) as pool:
-        rows = pool.map(one, [(seed, args.minutes * 60) for seed in range(first, end)],
+        rows = pool.map(search_one, [(seed, args.minutes * 60) for seed in range(first, end)],
                         chunksize=4)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
