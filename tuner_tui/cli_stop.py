@@ -44,13 +44,40 @@ def cancel_watchdog() -> None:
         _watchdog = None
 
 
+_interrupted_by: int | None = None
+"""The signal that interrupted this run (None: none has)."""
+INTERRUPT_AGAIN_S = 0.01
+"""How long after an interrupt that was swallowed it is sent again."""
+
+
 def _raise_interrupt(signum, frame):
-    global _watchdog
+    global _watchdog, _interrupted_by
+    _interrupted_by = signum
     if _watchdog is None:
         _watchdog = threading.Timer(STOP_WATCHDOG_S, _stop_by_force)
         _watchdog.daemon = True
         _watchdog.start()
     raise KeyboardInterrupt
+
+
+def _interrupt_again_if_swallowed(unraisable) -> None:
+    """sys.unraisablehook. Python runs a signal's handler wherever the main thread is, even in
+    a weakref callback or a __del__, where an exception cannot be passed on: it prints
+    "Exception ignored" and goes on. An interrupt raised there would be lost (seen on the CPU:
+    in importlib's module-lock callback, the search went on until the watchdog ended it 30 s
+    later, with nothing written). The signal is sent again, a moment later from a thread, so
+    that its handler runs at a point of the main thread that can take the exception."""
+    if unraisable.exc_type is not KeyboardInterrupt or _interrupted_by is None:
+        sys.__unraisablehook__(unraisable)
+        return
+    while True:
+        try:
+            again = threading.Timer(INTERRUPT_AGAIN_S, signal.raise_signal, (_interrupted_by,))
+            again.daemon = True
+            again.start()
+            return
+        except KeyboardInterrupt:  # it came before this hook ended, where it would be lost too
+            continue
 
 
 def install_handlers() -> None:
@@ -62,3 +89,4 @@ def install_handlers() -> None:
     for signum in (signal.SIGHUP, signal.SIGINT):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _raise_interrupt)
+    sys.unraisablehook = _interrupt_again_if_swallowed

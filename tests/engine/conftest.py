@@ -35,13 +35,16 @@ def run_gputune(*args, timeout=600, cwd=None):
 @pytest.fixture(autouse=True)
 def signal_handlers_restored():
     """`cli.main` run in this process installs gputune's handlers (`cli_stop`): Ctrl-C, SIGTERM
-    and SIGHUP raise KeyboardInterrupt and start a watchdog that ends the process 30 s later.
-    Each test gives the pytest worker back the handlers it found."""
+    and SIGHUP raise KeyboardInterrupt and start a watchdog that ends the process 30 s later,
+    and an interrupt Python swallowed is sent again (sys.unraisablehook). Each test gives the
+    pytest worker back the handlers it found."""
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     handlers = {s: signal.getsignal(s) for s in signals}
+    unraisable = sys.unraisablehook
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+    sys.unraisablehook = unraisable
 
 
 @pytest.fixture
