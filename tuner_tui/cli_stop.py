@@ -1,6 +1,7 @@
 """How `gputune` stops on an interrupt (Ctrl-C, SIGTERM, a closed terminal): a
 KeyboardInterrupt, so that every `finally` stops its workers in order, with a watchdog that
-kills them and exits 130 if that order takes too long. Imports no torch (nor psutil, until the
+kills them and exits 130 if that order takes too long, and an interrupt that Python swallowed
+(raised in a __del__ or a weakref callback) sent again. Imports no torch (nor psutil, until the
 watchdog needs it)."""
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ STOP_WATCHDOG_S = 30.0
 seconds each) gets this long; past it, a watchdog kills the workers and gputune exits 130 (a
 CI run once saw gputune sleep for a minute after Ctrl-C on a loaded host)."""
 _watchdog: threading.Timer | None = None
+INTERRUPT_AGAIN_S = 0.01
+"""How long after an interrupt that Python swallowed it is sent again."""
+_interrupted_by: int | None = None
+"""The signal that interrupted this run (None: none has)."""
 
 
 def _stop_by_force() -> None:
@@ -42,12 +47,6 @@ def cancel_watchdog() -> None:
     if _watchdog is not None:
         _watchdog.cancel()
         _watchdog = None
-
-
-_interrupted_by: int | None = None
-"""The signal that interrupted this run (None: none has)."""
-INTERRUPT_AGAIN_S = 0.01
-"""How long after an interrupt that was swallowed it is sent again."""
 
 
 def _raise_interrupt(signum, frame):
