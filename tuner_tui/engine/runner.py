@@ -296,6 +296,9 @@ class OptimizerStepWarmup:
                 self._client.start()
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
+            except BaseException:  # interrupted as it spawned: ended here, not left to the exit
+                self._client.end_now()
+                raise
             else:
                 return True
         self._note(f"{failed}: {why}")
