@@ -136,8 +136,16 @@ def _interrupts_held():
                 signal.signal(signum, lambda signum, frame: noted.append((signum, frame)))
         yield
     finally:
+        raised: BaseException | None = None
         for signum, handler in saved.items():
-            signal.signal(signum, handler)
+            while True:  # every handler put back, even where one put back already raises
+                try:
+                    signal.signal(signum, handler)
+                    break
+                except KeyboardInterrupt as exc:  # (signal.signal runs pending handlers first)
+                    raised = exc
+        if raised is not None:
+            raise raised
         if noted:
             signum, frame = noted[0]
             saved[signum](signum, frame)
