@@ -9,7 +9,8 @@ answer's true speed / the fastest configuration of the space. It is split in two
 - options: what the best batch and micro-batch for the answer's own options still lack;
 - batch: what the answer's batch and micro-batch lose against those (the rest);
 and `accumulate` says what running the answer with the largest batch the oracle counts, at its
-own micro-batch, would have recovered. Seeds 0-999 take about five minutes on two cores.
+own micro-batch, would have recovered. Seeds 0-999 take about two and a half minutes on two
+cores.
 """
 
 from __future__ import annotations
