@@ -189,7 +189,7 @@ def inapplicable(model: nn.Module, blocks) -> dict[str, str]:
     modules = list(model.modules())
     found = {kernel for kernel in FUSED_KERNEL_CHOICES
              if any(replacement_for(m, {kernel}) for m in modules)}
-    causal_lms = [m for m in modules if isinstance(getattr(m, "lm_head", None), nn.Module)]
+    causal_lms = [m for m in modules if hf_causal_lm_loss.output_head(m) is not None]
     if any(hf_causal_lm_loss.why_not_swappable(m) is None for m in causal_lms):
         found.add("linear_cross_entropy")
     out = {f"fused_kernels={k}": _NOT_FOUND[k] for k in FUSED_KERNEL_CHOICES if k not in found}
@@ -281,7 +281,7 @@ def apply(run, config, timings=None) -> None:
         swapped = hf_causal_lm_loss.swap_losses(run.model)
         if swapped:
             counts["linear_cross_entropy"] = counts.get("linear_cross_entropy", 0) + swapped
-        elif isinstance(getattr(run.model, "lm_head", None), nn.Module):
+        elif hf_causal_lm_loss.output_head(run.model) is not None:
             why = hf_causal_lm_loss.why_not_swappable(run.model)
             not_swapped = f"linear_cross_entropy: the model's own loss is kept ({why})"
     # Say what was asked for but not found, so a user sees why a kernel made no difference.

@@ -9,9 +9,10 @@ Hugging Face's label shift and ignore_index = -100; the output carries `.loss` a
 Without labels (generation, evaluation of logits) the model's own forward runs. The user's
 code keeps calling `model(input_ids, labels=...)` and reading `.loss`.
 
-Recognised generically: a module with an `nn.Linear` `lm_head` that is its output embedding,
-a decoder from `get_decoder()` (or `base_model`) other than itself, and a forward that takes
-`labels` (Llama, Mistral, Qwen2, GPT-2 and the like). Models whose logits are changed between
+Recognised generically: a module whose output embedding (`get_output_embeddings()`, else an
+`lm_head`) is an `nn.Linear`, a decoder from `get_decoder()` (or `base_model`) other than itself,
+and a forward that takes `labels` (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, whose head
+transformers 4 names `embed_out`, and the like). Models whose logits are changed between
 the head and the loss (Gemma 2's soft-capping, Cohere's logit scale) are left alone.
 """
 
@@ -35,13 +36,23 @@ def decoder_of(model: nn.Module) -> nn.Module | None:
     return decoder if isinstance(decoder, nn.Module) and decoder is not model else None
 
 
+def output_head(model: nn.Module) -> nn.Module | None:
+    """The layer that turns `model`'s hidden states into the vocabulary's logits: its output
+    embedding where it names one, else its `lm_head`; None where it has neither."""
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    if not isinstance(head, nn.Module):
+        head = getattr(model, "lm_head", None)
+    return head if isinstance(head, nn.Module) else None
+
+
 def why_not_swappable(model: nn.Module) -> str | None:
     """None if `model` is a causal LM whose loss can be swapped, else why not."""
-    head = getattr(model, "lm_head", None)
+    head = output_head(model)
     if not isinstance(head, nn.Linear):
-        return "no nn.Linear lm_head"
-    get_output = getattr(model, "get_output_embeddings", None)
-    if callable(get_output) and get_output() is not head:
+        return "no nn.Linear output embedding (lm_head)"
+    lm_head = getattr(model, "lm_head", None)
+    if isinstance(lm_head, nn.Module) and lm_head is not head:
         return "lm_head is not the output embedding"
     if decoder_of(model) is None:
         return "no decoder (get_decoder() or base_model)"
@@ -69,7 +80,7 @@ def swap_loss(model: nn.Module) -> bool:
 
     original = model.forward
     decoder = decoder_of(model)
-    head = model.lm_head
+    head = output_head(model)
     # Positional arguments are mapped to names here, once: inspect inside the wrapper would
     # break torch.compile's graph.
     positional = [

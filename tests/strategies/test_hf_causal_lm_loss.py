@@ -129,3 +129,57 @@ def test_swap_runs_under_torch_compile(monkeypatch):
     want.backward()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     _assert_same_gradients(reference, fused)
+
+
+class _HeadNamedEmbedOut(torch.nn.Module):
+    """A causal LM whose vocabulary head is not `lm_head`, as transformers 4 builds GPT-NeoX
+    (Pythia): `embed_out`, found through `get_output_embeddings()`."""
+
+    def __init__(self, vocab=40, width=16):
+        super().__init__()
+        self.decoder = _EmbeddingDecoder(vocab, width)
+        self.embed_out = torch.nn.Linear(width, vocab, bias=False)
+
+    def get_decoder(self):
+        return self.decoder
+
+    def get_output_embeddings(self):
+        return self.embed_out
+
+    def forward(self, input_ids=None, labels=None):
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        logits = self.embed_out(self.decoder(input_ids)[0]).float()
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+            ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+
+class _EmbeddingDecoder(torch.nn.Module):
+    def __init__(self, vocab, width):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.mix = torch.nn.Linear(width, width)
+
+    def forward(self, input_ids=None):
+        return (torch.tanh(self.mix(self.embed(input_ids))),)
+
+
+def test_a_head_named_otherwise_is_found_by_the_output_embedding():
+    torch.manual_seed(0)
+    reference = _HeadNamedEmbedOut()
+    fused = copy.deepcopy(reference)
+    assert why_not_swappable(fused) is None
+    tuned = strategies.apply(LCE, fused)
+    assert tuned.report["fused_kernels"] == {"linear_cross_entropy": 1}
+    ids = torch.randint(0, 40, (3, 12))
+    labels = ids.clone()
+    labels[1, 4:] = -100
+    want = reference(input_ids=ids, labels=labels)
+    got = fused(ids, labels=labels)
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
+    want.loss.backward()
+    got.loss.backward()
+    _assert_same_gradients(reference, fused)
