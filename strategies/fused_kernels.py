@@ -150,7 +150,7 @@ def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module
             return "linear_cross_entropy", FusedLinearCrossEntropy()
         if "cross_entropy" in chosen:
             return "cross_entropy", LinearThenFusedCrossEntropy()
-    if isinstance(module, nn.LayerNorm) and "layer_norm" in chosen and module.weight is not None:
+    if "layer_norm" in chosen and _is_plain_layer_norm(module):
         return "layer_norm", FusedLayerNorm(module)
     if "rms_norm" in chosen and _is_rms_norm(module):
         return "rms_norm", FusedRMSNorm(module)
@@ -159,6 +159,15 @@ def replacement_for(module: nn.Module, chosen: set[str]) -> tuple[str, nn.Module
     if "swiglu" in chosen and _is_gated_silu_mlp(module):
         return "swiglu", FusedGatedMLP(module)
     return None
+
+
+def _is_plain_layer_norm(module: nn.Module) -> bool:
+    """An nn.LayerNorm with weights whose forward is nn.LayerNorm's: a subclass with a forward
+    of its own computes something else around the norm (torchvision's LayerNorm2d in ConvNeXt
+    moves the channels last and back; swapped, its (N, C, H, W) input met a weight of C over
+    W: the trial crashed)."""
+    return (isinstance(module, nn.LayerNorm) and module.weight is not None
+            and type(module).forward is nn.LayerNorm.forward)
 
 
 def first_replacements(model: nn.Module, chosen: set[str]) -> dict[str, tuple[nn.Module, ...]]:
@@ -306,6 +315,8 @@ def unswapped_candidates(model: nn.Module) -> dict[str, int]:
             FusedGatedMLP)
     for m in model.modules():
         name = type(m).__name__
-        if not isinstance(m, ours) and name.endswith(_LOOKS_FUSABLE):
+        # (a LayerNorm subclass with a forward of its own, e.g. LayerNorm2d, counts too)
+        if not isinstance(m, ours) and (name.endswith(_LOOKS_FUSABLE)
+                                        or isinstance(m, nn.LayerNorm)):
             left[name] = left.get(name, 0) + 1
     return left

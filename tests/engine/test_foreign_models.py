@@ -101,6 +101,27 @@ def test_only_gated_silu_mlps_are_taken_for_swiglu():
     assert replacement_for(LlamaLikeMLP(nn.SiLU()), {"rms_norm"}) is None  # not asked for
 
 
+def test_a_layer_norm_with_a_forward_of_its_own_is_left_alone():
+    """torchvision's ConvNeXt normalizes (N, C, H, W) maps with a LayerNorm subclass that moves
+    the channels last and back in its forward; swapped for the fused layer norm, a held-out
+    ConvNeXt-Tiny's trial crashed on the H100 (weight of C against a last dim of W)."""
+    from torch import nn
+
+    from strategies.fused_kernels import FusedLayerNorm, replacement_for, unswapped_candidates
+
+    class LayerNorm2d(nn.LayerNorm):
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias,
+                                         self.eps)
+            return x.permute(0, 3, 1, 2)
+
+    assert replacement_for(LayerNorm2d(8), {"layer_norm"}) is None
+    found = replacement_for(nn.LayerNorm(8), {"layer_norm"})
+    assert found is not None and isinstance(found[1], FusedLayerNorm)
+    assert unswapped_candidates(nn.Sequential(LayerNorm2d(8))) == {"LayerNorm2d": 1}
+
+
 def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
     w = hf_causal_lm.gpt2(device="cpu")
     config = TuneConfig.from_dict({"precision": "bf16", "checkpointing": "selective",
