@@ -34,14 +34,18 @@ class FusedLayerNorm(nn.Module):
         return gputune_kernels.layer_norm(x, self.weight, self.bias, self.eps)
 
 
+def _rms_eps(source: nn.Module) -> float:
+    eps = getattr(source, "eps", None)
+    if eps is None:
+        eps = getattr(source, "variance_epsilon", None)
+    return eps if eps is not None else torch.finfo(torch.float32).eps
+
+
 class FusedRMSNorm(nn.Module):
     def __init__(self, source: nn.Module) -> None:
         super().__init__()
         self.weight = source.weight
-        eps = getattr(source, "eps", None)
-        if eps is None:
-            eps = getattr(source, "variance_epsilon", None)
-        self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
+        self.eps = _rms_eps(source)
 
     def forward(self, x):
         import gputune_kernels
@@ -109,7 +113,30 @@ def _is_rms_norm(m: nn.Module) -> bool:
         type(m).__name__.endswith("RMSNorm")
         and isinstance(getattr(m, "weight", None), nn.Parameter)
         and (hasattr(m, "eps") or hasattr(m, "variance_epsilon"))
+        and _computes_rms_norm(m)
     )
+
+
+def _computes_rms_norm(m: nn.Module) -> bool:
+    """Whether a module named like an RMSNorm computes x / rms(x) * weight, as the kernel does,
+    on a probe of two rows: not every one does (Gemma's scales by 1 + weight, its weight starting
+    at zero: swapped, its blocks would output zeros). The probe draws from a generator of its
+    own, leaving the model's random state alone."""
+    weight = m.weight
+    if weight.dim() != 1 or weight.device.type == "meta":
+        return False
+    eps = _rms_eps(m)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, weight.shape[0], generator=generator).to(weight.device, weight.dtype)
+    try:
+        with torch.no_grad():
+            own = m(x).float()
+            xf = x.float()
+            want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    except Exception:  # (a forward that takes more than a tensor: not a plain RMSNorm)
+        return False
+    tolerance = 1e-4 if weight.dtype == torch.float32 else 2e-2
+    return own.shape == want.shape and torch.allclose(own, want, rtol=tolerance, atol=tolerance)
 
 
 # Hugging Face's modules that compute GELU with the tanh approximation.

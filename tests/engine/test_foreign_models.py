@@ -122,6 +122,28 @@ def test_a_layer_norm_with_a_forward_of_its_own_is_left_alone():
     assert unswapped_candidates(nn.Sequential(LayerNorm2d(8))) == {"LayerNorm2d": 1}
 
 
+def test_an_rms_norm_that_scales_by_one_plus_its_weight_is_left_alone():
+    """Gemma's RMSNorm multiplies by 1 + weight, its weight starting at zero: taken by its name
+    for the fused RMSNorm (x / rms(x) * weight), its blocks would have output zeros. A module
+    named like an RMSNorm is swapped only where its own forward gives what the kernel does."""
+    from torch import nn
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from strategies.fused_kernels import FusedRMSNorm, replacement_for
+
+    gemma, llama = GemmaRMSNorm(8), LlamaRMSNorm(8)
+    with torch.no_grad():
+        llama.weight.uniform_(0.5, 1.5)  # (trained weights, not the ones it starts with)
+    before = torch.get_rng_state()
+    assert replacement_for(gemma, {"rms_norm"}) is None
+    found = replacement_for(llama, {"rms_norm"})
+    assert found is not None and isinstance(found[1], FusedRMSNorm)
+    assert replacement_for(llama.to(torch.bfloat16), {"rms_norm"}) is not None
+    assert replacement_for(nn.RMSNorm(8), {"rms_norm"}) is not None
+    assert torch.equal(torch.get_rng_state(), before)  # the probe leaves the model's seed alone
+
+
 def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
     w = hf_causal_lm.gpt2(device="cpu")
     config = TuneConfig.from_dict({"precision": "bf16", "checkpointing": "selective",
