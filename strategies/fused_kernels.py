@@ -192,8 +192,10 @@ def _is_plain_layer_norm(module: nn.Module) -> bool:
     """An nn.LayerNorm with weights whose forward is nn.LayerNorm's: a subclass with a forward
     of its own computes something else around the norm (torchvision's LayerNorm2d in ConvNeXt
     moves the channels last and back; swapped, its (N, C, H, W) input met a weight of C over
-    W: the trial crashed)."""
+    W: the trial crashed). The kernel normalizes over the last dimension only: a LayerNorm
+    over several (nn.LayerNorm([C, H, W])) is left too."""
     return (isinstance(module, nn.LayerNorm) and module.weight is not None
+            and len(module.normalized_shape) == 1
             and type(module).forward is nn.LayerNorm.forward)
 
 

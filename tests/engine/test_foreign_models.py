@@ -117,6 +117,7 @@ def test_a_layer_norm_with_a_forward_of_its_own_is_left_alone():
             return x.permute(0, 3, 1, 2)
 
     assert replacement_for(LayerNorm2d(8), {"layer_norm"}) is None
+    assert replacement_for(nn.LayerNorm([4, 8]), {"layer_norm"}) is None  # over two dims
     found = replacement_for(nn.LayerNorm(8), {"layer_norm"})
     assert found is not None and isinstance(found[1], FusedLayerNorm)
     assert unswapped_candidates(nn.Sequential(LayerNorm2d(8))) == {"LayerNorm2d": 1}
