@@ -212,8 +212,8 @@ def first_replacements(model: nn.Module, chosen: set[str]) -> dict[str, tuple[nn
 
 _NOT_FOUND = {
     "causal_softmax": "no manual causal softmax (gputune's built-in models mark theirs)",
-    "layer_norm": "no nn.LayerNorm",
-    "rms_norm": "no RMSNorm",
+    "layer_norm": "no nn.LayerNorm over the last dimension with its own forward",
+    "rms_norm": "no RMSNorm computing x / rms(x) * weight",
     "gelu": "no tanh-approximated GELU",
     "swiglu": "no gated SiLU MLP (gate_proj, up_proj, down_proj, act_fn)",
     "cross_entropy": "no vocabulary head whose loss gputune computes",

@@ -44,7 +44,7 @@ def test_ready_event_describes_machine_and_workload(gpt2_worker):
     assert "device = cpu" in ready.capabilities["reasons"]["cuda"]
     assert ready.workload["name"] == "gpt2-tiny" and ready.workload["items_per_sample"] == 64
     # What gpt2-tiny does not use, for labels, the options panel and the search.
-    assert ready.workload["inapplicable"]["fused_kernels=rms_norm"] == "no RMSNorm"
+    assert ready.workload["inapplicable"]["fused_kernels=rms_norm"].startswith("no RMSNorm")
     assert ready.environment["torch"]
     # What the start took, part by part (on a GPU the first trial waited 12-21 s for it).
     assert list(ready.startup_s) == ["python", "torch", "workload", "first batch", "machine",

@@ -69,6 +69,19 @@ def test_a_causal_lm_from_its_config_trains_and_takes_the_fused_loss(tmp_path, k
     assert "fused_kernels=causal_softmax" in not_used
 
 
+def test_a_model_without_sdpa_attention_builds_with_its_own(tmp_path):
+    """Gemma 2 (in transformers 5) attends only its own way: the SDPA that gputune asks for
+    first is refused, and that refusal, left in the config, had refused the model's own build
+    too ("cannot build model_type 'gemma2'")."""
+    pytest.importorskip("transformers.models.gemma2")
+    doc = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", **TINY,
+           "head_dim": 16, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    workload = load(f"hf:{write_config(tmp_path / 'tiny-gemma2', doc)}", seq_len=32)
+    model, losses = train(workload, steps=2)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert model.config._attn_implementation != "sdpa"
+
+
 def test_a_sequence_classifier_learns_a_label_per_sequence(tmp_path):
     workload = load(f"hf:{write_config(tmp_path / 'cls', CONFIGS['classifier'])}/config.json")
     inputs, labels = workload.batch(0, 4, torch.device("cpu"))

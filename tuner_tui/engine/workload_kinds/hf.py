@@ -112,11 +112,12 @@ def build(arg: str, seq_len: int | None, seed: int, data: str | None, device: st
     try:
         with torch.device("meta"):
             probe = auto.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
-    except ValueError:  # this model has no SDPA attention: its own
-        attention = None
+    except ValueError:  # this model has no SDPA attention: its own, named ("eager"), since
+        # the refused request stays in the config and would be asked again by default
+        attention = "eager"
         try:
             with torch.device("meta"):
-                probe = auto.from_config(config, dtype=torch.float32)
+                probe = auto.from_config(config, dtype=torch.float32, attn_implementation=attention)
         except Exception as exc:
             raise WorkloadError(f"{auto.__name__} cannot build model_type "
                                 f"{doc['model_type']!r}: {_first_line(exc)}") from None
