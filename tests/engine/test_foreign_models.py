@@ -145,6 +145,21 @@ def test_an_rms_norm_that_scales_by_one_plus_its_weight_is_left_alone():
     assert torch.equal(torch.get_rng_state(), before)  # the probe leaves the model's seed alone
 
 
+def test_levers_keep_the_loss_on_architectures_gputune_was_not_written_for():
+    """benchmarks/hf_architectures.py (24 architectures: docs/guide.md) on four that
+    once went wrong or differ most: Gemma's norm of 1 + weight, Gemma 2 without SDPA, GPT-NeoX,
+    a mixture of experts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "benchmarks/hf_architectures.py", "gemma", "gemma2",
+                           "gpt_neox", "mixtral"], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "20 of 20 ok" in done.stdout, done.stdout + done.stderr
+
+
 def test_exported_file_applies_in_the_users_own_loop_on_hugging_face(tmp_path):
     w = hf_causal_lm.gpt2(device="cpu")
     config = TuneConfig.from_dict({"precision": "bf16", "checkpointing": "selective",
