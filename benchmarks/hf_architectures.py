@@ -5,7 +5,9 @@ Each architecture is built as the `hf:PATH` workload builds it, from a tiny conf
 without gputune: with every fused kernel asked for, SDPA attention, full and selective
 checkpointing, and bf16 weights. A kernel that takes a module it should not (a norm that scales
 by 1 + weight, a LayerNorm with a forward of its own) shows as a loss or gradient apart; a
-workload that does not build shows as its one line. The report says what each option swapped
+workload that does not build shows as its one line; a kernel that swaps modules but that the
+workload's facts (read on the meta device, as the search reads them) declare inapplicable shows
+as a "facts" row apart. The report says what each option swapped
 and left, so a user's model that gains nothing from a kernel is seen too.
 
     TRITON_INTERPRET=1 python benchmarks/hf_architectures.py [NAME ...] [--json OUT.json]
@@ -123,6 +125,16 @@ def check(name: str, folder: Path) -> list[dict]:
         except Exception as exc:
             row.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
         rows.append(row)
+    # The search reads what applies from the workload's facts (found on the meta device): a
+    # kernel that swapped modules here but is declared to find none would never be tried.
+    swapped = next((r["report"].get("fused_kernels", {}) for r in rows
+                    if r["option"] == "kernels" and "report" in r), {})
+    declared = workload.inapplicable()
+    contradicted = sorted(k for k, n in swapped.items()
+                          if n and (f"fused_kernels={k}" in declared or "fused_kernels" in declared))
+    rows.append({"architecture": name, "option": "facts", "ok": not contradicted,
+                 "loss_apart": 0.0, "gradients_apart": 0.0,
+                 "report": {"swapped but declared inapplicable": contradicted}})
     return rows
 
 

@@ -13,6 +13,7 @@ tensors.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -118,25 +119,24 @@ def _is_rms_norm(m: nn.Module) -> bool:
 
 
 def _computes_rms_norm(m: nn.Module) -> bool:
-    """Whether a module named like an RMSNorm computes x / rms(x) * weight, as the kernel does,
-    on a probe of two rows: not every one does (Gemma's scales by 1 + weight, its weight starting
-    at zero: swapped, its blocks would output zeros). The probe draws from a generator of its
-    own, leaving the model's random state alone."""
-    weight = m.weight
-    if weight.dim() != 1 or weight.device.type == "meta":
+    """Whether a module named like an RMSNorm computes x / rms(x) * weight, as the kernel does:
+    not every one does (Gemma's scales by 1 + weight, its weight starting at zero: swapped, its
+    blocks would output zeros). Probed on a copy on the CPU in fp32 with weights of its own, so
+    that a model on the meta device (the workload's facts are read there), on a GPU or in bf16
+    is told alike, and neither its weights nor its random state are touched."""
+    if m.weight.dim() != 1:
         return False
-    eps = _rms_eps(m)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, weight.shape[0], generator=generator).to(weight.device, weight.dtype)
     try:
+        probe = copy.deepcopy(m).to_empty(device="cpu").float()
+        width = probe.weight.shape[0]
+        x = torch.randn(2, width, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            own = m(x).float()
-            xf = x.float()
-            want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+            probe.weight.copy_(torch.linspace(0.5, 1.5, width))
+            own = probe(x).float()
+            want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + _rms_eps(m)) * probe.weight
     except Exception:  # (a forward that takes more than a tensor: not a plain RMSNorm)
         return False
-    tolerance = 1e-4 if weight.dtype == torch.float32 else 2e-2
-    return own.shape == want.shape and torch.allclose(own, want, rtol=tolerance, atol=tolerance)
+    return own.shape == want.shape and torch.allclose(own, want, rtol=1e-4, atol=1e-5)
 
 
 # Hugging Face's modules that compute GELU with the tanh approximation.
