@@ -127,6 +127,17 @@ def test_an_unknown_architecture_is_one_line_from_the_worker(tmp_path):
         load(f"hf:{path}")
 
 
+def test_a_model_that_its_library_refuses_to_build_is_one_line_from_the_worker(tmp_path):
+    """A padding id outside the vocabulary: torch's Embedding asserts as transformers builds the
+    model. The worker had died of it, and the user read "the worker did not start (exit code 1)"."""
+    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **TINY,
+           "pad_token_id": 32000}
+    path = write_config(tmp_path / "m", doc)
+    with pytest.raises(WorkloadError, match=r"^workload 'hf:.*' does not build: AssertionError: "
+                       r"Padding_idx must be within num_embeddings$"):
+        load(f"hf:{path}")
+
+
 def test_a_sequence_longer_than_the_context_or_run_options_that_do_not_apply(tmp_path):
     path = write_config(tmp_path / "m", CONFIGS["qwen2"])
     with pytest.raises(WorkloadError, match="--seq-len 256 is longer than the config's context"):

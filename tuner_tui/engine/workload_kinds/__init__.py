@@ -65,6 +65,12 @@ def build(name: str, seq_len: int | None, seed: int, data: str | None, device: s
         return kind_of(name).build(name.partition(":")[2], seq_len, seed, data, device)
     except WorkloadError as exc:
         raise WorkloadError(f"workload {name!r}: {exc}") from None
+    except MemoryError:  # (the worker says so itself)
+        raise
+    except Exception as exc:  # a library's own check of the model: its line, not a dead worker
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        raise WorkloadError(f"workload {name!r} does not build: {type(exc).__name__}"
+                            f"{': ' + detail if detail else ''}") from None
 
 
 def import_package(package: str) -> ModuleType:
