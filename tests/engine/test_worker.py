@@ -278,6 +278,17 @@ def test_a_held_trial_is_released_when_the_next_worker_fails_to_start(gpt2_worke
         next_worker.close()
 
 
+def test_a_worker_that_dies_at_its_start_says_where_its_output_is(tmp_path):
+    from tuner_tui.engine import runner
+
+    log = tmp_path / "worker.log"
+    spec = WorkerSpec(workload="tests.engine.user_workloads:dies_as_it_builds", device="cpu",
+                      log_path=str(log))
+    with pytest.raises(runner.WorkerStartError,
+                       match=rf"^the worker did not start \(exit code 3\); its output is in {log}$"):
+        runner.start_worker(spec, timeout=120)
+
+
 def test_a_failed_step_releases_its_memory_after_its_tensors_are_gone(monkeypatch):
     # While an exception is being handled, its traceback keeps the failed step's frames and
     # tensors alive: emptying the CUDA cache then frees nothing (seen on the H200: 140 GiB

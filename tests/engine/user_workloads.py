@@ -183,3 +183,10 @@ class OutOfMemoryAfterOneStepInFp32(TinyMLP):
 def oom_after_one_fp32_step():
     return Workload(name="oom-after-one-fp32-step", build_model=OutOfMemoryAfterOneStepInFp32,
                     batch=_batch, items_per_sample=1, default_batch_size=8)
+
+
+def dies_as_it_builds():
+    """The worker's process ends as the workload loads (a library that aborts, an os._exit)."""
+    import os
+
+    os._exit(3)

@@ -91,7 +91,9 @@ def start_worker(spec: WorkerSpec,
         raise WorkerStartError(f"the worker was not ready within {timeout:.0f} s (it imports "
                                f"torch, starts the {spec.device} device and loads the workload "
                                f"{spec.workload!r}); it was stopped")
-    raise WorkerStartError(f"the worker did not start (exit code {client.exitcode()})")
+    # (what it printed as it died is in the run's log, shared with the run's other workers)
+    raise WorkerStartError(f"the worker did not start (exit code {client.exitcode()})"
+                           + (f"; its output is in {spec.log_path}" if spec.log_path else ""))
 
 
 class NextWorker:
