@@ -68,9 +68,14 @@ def build(name: str, seq_len: int | None, seed: int, data: str | None, device: s
     except MemoryError:  # (the worker says so itself)
         raise
     except Exception as exc:  # a library's own check of the model: its line, not a dead worker
-        detail = (str(exc).strip().splitlines() or [""])[0]
-        raise WorkloadError(f"workload {name!r} does not build: {type(exc).__name__}"
-                            f"{': ' + detail if detail else ''}") from None
+        what, kind = first_line(exc), type(exc).__name__
+        raise WorkloadError(f"workload {name!r} does not build: "
+                            f"{what if what == kind else f'{kind}: {what}'}") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, or its type's name where it says nothing."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def import_package(package: str) -> ModuleType:

@@ -95,7 +95,7 @@ def workload_name(arg: str, doc: dict) -> str:
 def build(arg: str, seq_len: int | None, seed: int, data: str | None, device: str):
     import torch
 
-    from tuner_tui.engine.workload_kinds import import_package
+    from tuner_tui.engine.workload_kinds import first_line, import_package
     from tuner_tui.engine.workloads import Workload, WorkloadError
     from tuner_tui.engine.workloads.data import SyntheticTokens, TextFileTokens
 
@@ -120,7 +120,7 @@ def build(arg: str, seq_len: int | None, seed: int, data: str | None, device: st
                 probe = auto.from_config(config, dtype=torch.float32, attn_implementation=attention)
         except Exception as exc:
             raise WorkloadError(f"{auto.__name__} cannot build model_type "
-                                f"{doc['model_type']!r}: {_first_line(exc)}") from None
+                                f"{doc['model_type']!r}: {first_line(exc)}") from None
 
     context = getattr(config, "max_position_embeddings", None)
     seq = seq_len or min(context or DEFAULT_SEQ_LEN, DEFAULT_SEQ_LEN)
@@ -162,11 +162,8 @@ def build(arg: str, seq_len: int | None, seed: int, data: str | None, device: st
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _read_pretrained_config(transformers, file: Path, model_type: str):
+    from tuner_tui.engine.workload_kinds import first_line
     from tuner_tui.engine.workloads.errors import WorkloadError
 
     try:
@@ -181,7 +178,7 @@ def _read_pretrained_config(transformers, file: Path, model_type: str):
             raise WorkloadError(
                 f"unknown architecture: transformers {transformers.__version__} does not know "
                 f"model_type {model_type!r} ({own_code})") from None
-        raise WorkloadError(f"{file}: {_first_line(exc)}") from None
+        raise WorkloadError(f"{file}: {first_line(exc)}") from None
 
 
 def _prepare(config, head: str) -> None:
