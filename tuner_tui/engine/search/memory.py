@@ -202,6 +202,7 @@ class Measured:
         self._step_bound = {id(r): self._is_step_bound(c, r) for c, r in known}
         self.pairs = [(c, r) for c, r in known if not self._step_bound[id(r)]]
         self._unordered: list | None = None
+        self._signatures: dict[int, tuple] | None = None
 
     def micro(self, c: TuneConfig) -> int:
         return micro_batch(c, self.default_batch)
@@ -253,10 +254,13 @@ class Measured:
             return None
         n_params, shape, micro = self.n_params, self.shape, self.micro
         target_micro = micro(config)
+        if self._signatures is None:  # (read once: thousands of candidates per decision)
+            self._signatures = {id(r): _activation_signature(c) for c, r in self.known}
+        own = _activation_signature(config)
 
         def distance(item):
-            c, _ = item
-            others = len(_differing(c, config))
+            c, r = item
+            others = sum(x != y for x, y in zip(self._signatures[id(r)], own))
             if n_params is None:  # parameters and state are in the measured peak, not computed
                 others += sum(c[k] != config[k] for k in OPTIONS
                               if k not in ACTIVATION_KEYS + ("batch_size", "micro_batch_size"))

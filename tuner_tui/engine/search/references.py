@@ -11,6 +11,7 @@ another trial is marked as lost without a run (`lost_unchecked`). Torch-free.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -142,7 +143,7 @@ class References:
         one that splits."""
         trials = self._trials()
         split = bool(config.micro_batch_size) and trials.split_lost
-        return _numerics_key(config.to_dict()) in (trials.kept_split if split else trials.kept)
+        return _config_numerics_key(config) in (trials.kept_split if split else trials.kept)
 
     def lost_unchecked(self) -> list[tuple[TrialResult, TrialResult]]:
         """(row, the trial that lost the loss for it) for every row that ran without its loss
@@ -251,6 +252,12 @@ _SAME_NUMERICS = {"batch_size": 0, "micro_batch_size": 0, "checkpointing": "off"
                   "checkpoint_every": 2}
 """Options that leave what a configuration computes alone (but micro-batches, at times:
 `References.checked_elsewhere`)."""
+
+
+@functools.lru_cache(maxsize=100_000)
+def _config_numerics_key(config: TuneConfig) -> tuple:
+    """`_numerics_key` of a configuration (asked of every candidate of every decision)."""
+    return _numerics_key(config.to_dict())
 
 
 def _numerics_key(config: dict) -> tuple:
