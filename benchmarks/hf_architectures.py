@@ -38,6 +38,9 @@ ARCHITECTURES = {
     "qwen3": {"architectures": ["Qwen3ForCausalLM"], "num_key_value_heads": 2, "head_dim": 16},
     "gemma": {"architectures": ["GemmaForCausalLM"], "num_key_value_heads": 1, "head_dim": 16},
     "gemma2": {"architectures": ["Gemma2ForCausalLM"], "num_key_value_heads": 2, "head_dim": 16},
+    "gemma3_text": {"architectures": ["Gemma3ForCausalLM"], "num_key_value_heads": 1,
+                    "head_dim": 16, "sliding_window": 8,  # (shorter than the 32 tokens)
+                    "layer_types": ["sliding_attention", "full_attention"]},
     "phi": {"architectures": ["PhiForCausalLM"]},
     "phi3": {"architectures": ["Phi3ForCausalLM"], "num_key_value_heads": 4},
     "gpt_neox": {"architectures": ["GPTNeoXForCausalLM"], "rotary_pct": 0.25},
