@@ -441,6 +441,28 @@ def test_an_unchecked_recommendation_names_the_batch_its_numerics_were_checked_a
     assert "its loss could not be checked: no fp32 reference ran at batch 16" in reason([top, other])
 
 
+def test_a_search_where_nothing_finished_says_how_each_trial_ended_and_what_to_give():
+    # A 268M model with a vocabulary of 262k on two CPU cores and a 2-minute budget: the
+    # baseline gave no result within its timeout and the reference was stopped at the budget's
+    # end. Not "no configuration ran within the memory budget": nothing had a memory budget.
+    from tuner_tui.engine.search.report import why_none
+
+    base = TrialResult(config={}, label="fp32", status="crash",
+                       message="no result within 81 s; the worker was stopped")
+    ref = TrialResult(config={}, label="fp32 + sdpa", status="timeout",
+                      message="stopped at the time budget's end after 46 s")
+    text = why_none([base, ref])
+    assert text.startswith("no configuration finished its measured steps: of 2 trials, "
+                           "1 gave no result within its trial's timeout, 1 was stopped at the "
+                           "time budget's end; the model's steps are too slow for this time "
+                           "budget: give more time (--budget-minutes)"), text
+    oom = TrialResult(config={}, label="fp32", status="oom", message="out of memory")
+    assert why_none([oom]) == ("no configuration finished its measured steps: of 1 trial, "
+                               "1 ran out of memory")
+    ran = dataclasses.replace(oom, status="loss-mismatch", tokens_per_s=5e3)
+    assert why_none([oom, ran]).startswith("no configuration of the space ran within the memory")
+
+
 def test_where_the_runs_time_went_sums_their_parts_and_names_the_rest():
     from tuner_tui.engine.search.report import time_spent
 

@@ -16,6 +16,7 @@ from tuner_tui.engine.noise import noise_lines, noise_warning, spread, tie_gap, 
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
+from tuner_tui.engine.runner import NO_RESULT
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.space import PARALLEL_KNOBS, SearchSpace
 from tuner_tui.engine.table import format_profiles, format_table
@@ -212,12 +213,45 @@ def _lead_text(top: TrialResult, runner_up: TrialResult) -> str:
             f"(±{gap:.1%}): not faster than the noise allows to say")
 
 
+def why_none(results: list[TrialResult]) -> str:
+    """Why nothing is recommended: where no trial finished its measured steps, how each ended
+    (a model too slow for the time budget must not read as one that ran out of memory)."""
+    if any(r.tokens_per_s for r in results):  # measured: over the budget, or lost the loss
+        return ("no configuration of the space ran within the memory budget and kept the fp32 "
+                "reference's loss")
+    if not results:
+        return "no configuration of the space ran"
+    ended: dict[str, int] = {}
+    for r in results:
+        if r.status == "crash" and r.message.startswith(NO_RESULT):
+            how = "gave no result within its trial's timeout"
+        else:
+            how = _ENDED.get(r.status, r.status)
+        ended[how] = ended.get(how, 0) + 1
+    text = (f"no configuration finished its measured steps: of {len(results)} "
+            f"trial{'s' if len(results) != 1 else ''}, "
+            + ", ".join(f"{n} {how}" for how, n in ended.items()))
+    slow = sum(n for how, n in ended.items() if how in _OUT_OF_TIME)
+    if slow:
+        text += ("; the model's steps are too slow for this time budget: give more time "
+                 "(--budget-minutes), or shorter sequences (--seq-len) or a smaller batch "
+                 "(--set batch_size=N)")
+    return text
+
+
+_ENDED = {"oom": "ran out of memory", "timeout": "was stopped at the time budget's end",
+          "compile": "failed to compile", "crash": "crashed", "diverged": "diverged",
+          "skipped": "was estimated not to fit the memory budget",
+          "loss-mismatch": "lost the fp32 reference's loss",
+          "numerics": "lost the fp32 reference's gradients"}
+_OUT_OF_TIME = ("gave no result within its trial's timeout", _ENDED["timeout"])
+
+
 def explain(outcome: SearchOutcome) -> str:
     """Why the recommendation won, in one sentence for the exported file."""
     top = outcome.recommendation
     if top is None:
-        return ("no configuration of the space ran within the memory budget and kept the fp32 "
-                "reference's loss")
+        return why_none(outcome.results)
     eligible = outcome.ranked[:outcome.eligible]
     tied = tied_leaders(eligible) if outcome.remeasured is None else []
     if len(tied) > 1:
