@@ -25,6 +25,11 @@ NO_RESULT = "no result within"
 """How the message of a trial stopped at its timeout begins."""
 
 
+def gave_no_result(result: protocol.TrialResult) -> bool:
+    """Whether the trial was stopped at its timeout before it gave a result."""
+    return result.status == "crash" and result.message.startswith(NO_RESULT)
+
+
 @dataclass(frozen=True)
 class TrialPlan:
     """How long one trial runs: measured steps after the warm-up, and a wall-clock limit."""

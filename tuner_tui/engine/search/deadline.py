@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Callable
 
 from tuner_tui.engine.protocol import TrialResult
-from tuner_tui.engine.runner import NO_RESULT
+from tuner_tui.engine.runner import gave_no_result
 
 TIMEOUT_FLOOR_S = 60.0
 """The least a trial is given before it counts as hung, whatever its estimate."""
@@ -72,8 +72,7 @@ class Deadline:
         """A trial stopped by a timeout the time budget's end made shorter than a hang's is
         marked "timeout", not "crash": the search stopped it, nothing says it failed (its
         options take no blame for it)."""
-        if result.status != "crash" or not result.message.startswith(NO_RESULT) \
-                or timeout >= self.hang_s(planned_s, one_time_s):
+        if not gave_no_result(result) or timeout >= self.hang_s(planned_s, one_time_s):
             return result
         return replace(result, status="timeout", message=(
             f"stopped at the time budget's end after {timeout:.0f} s (planned to take "

@@ -16,7 +16,7 @@ from tuner_tui.engine.noise import noise_lines, noise_warning, spread, tie_gap, 
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
-from tuner_tui.engine.runner import NO_RESULT
+from tuner_tui.engine.runner import gave_no_result
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.space import PARALLEL_KNOBS, SearchSpace
 from tuner_tui.engine.table import format_profiles, format_table
@@ -223,7 +223,7 @@ def why_none(results: list[TrialResult]) -> str:
         return "no configuration of the space ran"
     ended: dict[str, int] = {}
     for r in results:
-        if r.status == "crash" and r.message.startswith(NO_RESULT):
+        if gave_no_result(r):
             how = "gave no result within its trial's timeout"
         else:
             how = _ENDED.get(r.status, r.status)
