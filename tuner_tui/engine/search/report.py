@@ -231,11 +231,12 @@ def why_none(results: list[TrialResult]) -> str:
     text = (f"no configuration finished its measured steps: of {len(results)} "
             f"trial{'s' if len(results) != 1 else ''}, "
             + ", ".join(f"{n} {how}" for how, n in ended.items()))
-    slow = sum(n for how, n in ended.items() if how in _OUT_OF_TIME)
-    if slow:
-        text += ("; the model's steps are too slow for this time budget: give more time "
-                 "(--budget-minutes), or shorter sequences (--seq-len) or a smaller batch "
-                 "(--set batch_size=N)")
+    if any(how in _OUT_OF_TIME for how in ended):
+        # (a trial's timeout follows what it was expected to take, not --trial-timeout alone:
+        # more time helps only where the budget's end stopped one)
+        text += ("; the model's steps are too slow for the time its trials were given: "
+                 "shorter sequences (--seq-len) or a smaller batch (--set batch_size=N)"
+                 + (", or more time (--budget-minutes)" if _ENDED["timeout"] in ended else ""))
     return text
 
 
