@@ -7,7 +7,8 @@ import pytest
 
 from recording import load_recording
 from screen_text import screen_text
-from tui_fakes import FakeSampler, FakeWorker, RecordedWorker, async_test, host_bound_profile, wait_for
+from tui_fakes import (FakeSampler, FakeWorker, RecordedWorker, async_test, host_bound_profile,
+                       wait_for, wait_until_still)
 
 from strategies.config import TuneConfig
 from tuner_tui.app.app import GputuneApp
@@ -119,9 +120,7 @@ def test_profile_panel_snapshot(snap_compare, size):
         await pilot.pause(0.3)
         app.refresh_live()
         app.clear_notifications()
-        # Under a loaded CI host, the leaderboard's blank row was once drawn before its repaint.
-        await pilot.wait_for_scheduled_animations()
-        await pilot.pause(0.3)
+        await wait_until_still(pilot)
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 

@@ -7,7 +7,7 @@ and look at them before committing.
 from __future__ import annotations
 
 from recording import load_recording
-from tui_fakes import FakeSampler, RecordedWorker, wait_for
+from tui_fakes import FakeSampler, RecordedWorker, wait_for, wait_until_still
 
 from strategies.config import TuneConfig
 from tuner_tui.app.app import GputuneApp
@@ -32,10 +32,7 @@ async def settle(pilot) -> None:
     await pilot.pause(0.3)
     app.refresh_live()
     app.clear_notifications()
-    # (under a loaded CI machine, 0.1 s once left the leaderboard's empty last line drawn in
-    # another background at 80x24: the frame is taken only once everything scheduled is drawn)
-    await pilot.wait_for_scheduled_animations()
-    await pilot.pause(0.3)
+    await wait_until_still(pilot)
 
 
 def test_main_screen(snap_compare):
@@ -54,7 +51,7 @@ def test_leaderboard_sorted_with_a_row_chosen(snap_compare):
         await pilot.press("s", "up")
         await pilot.pause(0.1)
         pilot.app.clear_notifications()
-        await pilot.pause(0.1)
+        await wait_until_still(pilot)
 
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
 
@@ -67,6 +64,7 @@ def test_export_dialog(snap_compare, tmp_path, monkeypatch):
         await pilot.press("e")
         await pilot.pause(0.2)
         pilot.app.screen.query_one("Input").cursor_blink = False
+        await wait_until_still(pilot)
 
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
 
@@ -75,7 +73,7 @@ def test_help_screen(snap_compare):
     async def run_before(pilot):
         await settle(pilot)
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await wait_until_still(pilot)
 
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
 
@@ -92,7 +90,7 @@ def test_compiling_indicator(snap_compare):
         app.session.compile_started_at = 993.0
         app.refresh_live()
         app.clear_notifications()
-        await pilot.pause(0.1)
+        await wait_until_still(pilot)
 
     assert snap_compare(recorded_app(), terminal_size=(160, 50), run_before=run_before)
 

@@ -221,6 +221,25 @@ async def wait_for(pilot, condition, timeout: float = 10.0, step: float = 0.05) 
         await pilot.pause(step)
 
 
+async def wait_until_still(pilot, timeout: float = 10.0, step: float = 0.2) -> None:
+    """Let the app run until its whole screen, repainted from scratch, is drawn the same twice
+    `step` apart: a snapshot taken then shows no half-done repaint (under a loaded CI host the
+    leaderboard's blank last line was twice taken before its repaint)."""
+    app = pilot.app
+    app.screen.refresh(layout=True)
+    await pilot.wait_for_scheduled_animations()
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        await pilot.pause(step)
+        frame = app.export_screenshot()
+        if frame == last:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the screen still changed after {timeout}s")
+        last = frame
+
+
 def async_test(fn):
     """Run an `async def` test with asyncio.run (no pytest-asyncio in the test dependencies)."""
     import asyncio
