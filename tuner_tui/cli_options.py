@@ -255,7 +255,9 @@ def add_tune_parser(sub) -> Parser:
     tune.add_argument("--json", metavar="FILE", help="write every trial, the front and the "
                       "recommendation as JSON")
     tune.add_argument("--trial-timeout", type=float, default=900.0, metavar="S",
-                      help="give up on a trial after this many seconds (default 900)")
+                      help="the longest a trial may run (default 900); one whose worker stops "
+                      "showing progress (a step, or a part of one) for about three times what "
+                      "the trial was expected to take is stopped sooner, as hung")
     add_trust_options(tune, "after the search, the two leaders (when close; under a time budget, "
                       "unless a trial expects more per second) are",
                       remeasure.SEARCH_REPEATS)

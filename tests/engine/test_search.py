@@ -463,6 +463,11 @@ def test_a_search_where_nothing_finished_says_how_each_trial_ended_and_what_to_g
                                            "timeout; the model's steps are too slow for the "
                                            "time its trials were given: shorter sequences "
                                            "(--seq-len) or a smaller batch (--set batch_size=N)")
+    # Stopped at --trial-timeout with its steps still coming: a longer one would do
+    slow = dataclasses.replace(base, message="no result within 900 s; the worker was stopped (it "
+                               "was still stepping: 20 of 25 steps, 40.0 s a step, 200 s more "
+                               "needed; its limit was 900 s)")
+    assert why_none([slow]).endswith("(--set batch_size=N), or a longer --trial-timeout")
     oom = TrialResult(config={}, label="fp32", status="oom", message="out of memory")
     assert why_none([oom]) == ("no configuration finished its measured steps: of 1 trial, "
                                "1 ran out of memory")

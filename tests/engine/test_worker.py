@@ -65,6 +65,10 @@ def test_trial_reports_measured_figures_and_checks_the_loss(gpt2_worker):
     assert ref.peak_memory_bytes is not None and ref.mfu is None  # no MFU on the CPU
     steps = [e.step for e in events if isinstance(e, P.StepMeasured)]
     assert steps == list(range(6))
+    # Signs of life within the warm-up steps, none in the measured ones: the runner tells a
+    # slow trial from a hung one by them
+    parts = [(e.step, e.part) for e in events if isinstance(e, P.StepPart)]
+    assert parts == [(0, "forward"), (0, "backward"), (1, "forward"), (1, "backward")]
     # Where its time went, part by part; nothing held it.
     assert list(ref.phases_s) == ["reference gradients", "build", "first step", "warm-up",
                                   "held", "measured"]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 
 from textual.message import Message
 
-from tuner_tui.engine.protocol import StepMeasured, WorkerReady
+from tuner_tui.engine.protocol import StepMeasured, StepPart, WorkerReady
 
 RESTART_LIMIT = 3
 """Deaths within RESTART_WINDOW_S after which the reader stops restarting the worker."""
@@ -206,8 +206,9 @@ class EventReader(threading.Thread):
             self._ready = True
         with self._lock:
             self._events.append(event)
-        # Steps wait up to FLUSH_S for company; anything else goes to the UI at once.
-        self._flush(force=not isinstance(event, StepMeasured))
+        # Steps (and their parts) wait up to FLUSH_S for company; anything else goes to the UI
+        # at once.
+        self._flush(force=not isinstance(event, (StepMeasured, StepPart)))
 
     def _flush(self, force: bool = False) -> None:
         """Post one EventsReady for whatever is queued, unless one is already on its way."""

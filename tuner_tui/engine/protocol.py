@@ -163,6 +163,16 @@ class CompileStarted:
 
 
 @dataclass(frozen=True)
+class StepPart:
+    run_id: int
+    step: int
+    part: str
+    """ "forward" or "backward": one micro-batch's part of a warm-up step is done (step 0: also
+    each pass of the fp32 reference's gradients, before the trial is built). A trial far slower
+    than planned shows by these that it works before its first step ends."""
+
+
+@dataclass(frozen=True)
 class CompileFinished:
     run_id: int
     seconds: float
@@ -368,6 +378,7 @@ Event = (
     | RunStarted
     | CompileStarted
     | CompileFinished
+    | StepPart
     | StepMeasured
     | TrialFinished
     | RunFailed

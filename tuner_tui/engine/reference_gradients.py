@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -51,7 +52,8 @@ def reference_gradients(workload, batch_size: int, seed: int, device: str,
 
 
 def reference_check(workload, batch_size: int, seed: int, device: str,
-                    grad_clip: float = 0.0) -> tuple[dict, float] | None:
+                    grad_clip: float = 0.0, on_part: Callable[[str], None] | None = None
+                    ) -> tuple[dict, float] | None:
     """The sketch of the fp32 eager reference's gradients after the first backward pass
     (`gradients.sketch`), each tensor with how far rounding-sized noise moves it (`wobble`), and
     how far the model's own randomness moves its first loss (`loss_spread`).
@@ -59,7 +61,9 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
     Where the plain reference runs out of memory: full checkpointing, then the batch in 2, 4, 8
     micro-batches (the mean of equal micro-batch means is the batch mean; not for a model that
     micro-batches would train differently, `Workload.changes_training`), so that it fits
-    wherever the candidate does. None when even that does not fit."""
+    wherever the candidate does. None when even that does not fit. `on_part` is told of each
+    forward and backward done ("forward", "backward"): these passes of a large model on a slow
+    device take minutes, and the trial must not look hung meanwhile."""
     from tuner_tui.engine.trial import classify, release_memory
 
     plain = TuneConfig.reference(batch_size).replace(grad_clip=grad_clip)
@@ -68,7 +72,7 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
     try:
         for config, parts in attempts:
             try:
-                grads = _attempt(workload, config, parts, seed, device)
+                grads = _attempt(workload, config, parts, seed, device, on_part or _silent)
             except Exception as exc:
                 if classify(exc) != "oom":
                     raise
@@ -83,7 +87,12 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
         release_memory()
 
 
-def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
+def _silent(part: str) -> None:
+    pass
+
+
+def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str,
+             on_part: Callable[[str], None]):
     """One try at the reference gradients, in its own frame: when it runs out of memory, its
     model, batch and half-built graph go with the frame instead of lingering (as locals of a
     loop) while the next, smaller try is built."""
@@ -101,11 +110,13 @@ def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str):
         def backward() -> None:
             for part in micro:
                 loss = workload.loss(model, tuple(part) if parts > 1 else part)
+                on_part("forward")
                 (loss / parts).backward()
+                on_part("backward")
 
         backward()
         clean = sketch_model(model)
-        spread = loss_spread(workload, model, micro, parts)
+        spread = loss_spread(workload, model, micro, parts, on_part)
         # Once more with every parameter nudged by rounding-sized noise: how far rounding alone
         # moves each gradient (what the candidate's own rounding may move it, too).
         model.zero_grad(set_to_none=True)
@@ -132,7 +143,8 @@ def _widest(a: dict, b: dict) -> dict:
             if name in b else s for name, s in a.items()}
 
 
-def loss_spread(workload, model, micro: list, parts: int) -> float:
+def loss_spread(workload, model, micro: list, parts: int,
+                on_part: Callable[[str], None] = _silent) -> float:
     """How far the model's own randomness moves the first batch's loss, relative to it: the
     largest change over RANDOM_DRAWS forwards of the same weights (0 for a deterministic model,
     after one). A compiled or micro-batched run draws other dropout masks than the eager
@@ -140,8 +152,11 @@ def loss_spread(workload, model, micro: list, parts: int) -> float:
     dropout 0.1 on the CPU: 0.1-0.4% a draw, its compiled and micro-batched runs 0.4-0.6% over 8
     steps, against fp32's 0.2%)."""
     def loss() -> float:
-        return sum(float(workload.loss(model, tuple(part) if parts > 1 else part))
-                   for part in micro) / parts
+        total = 0.0
+        for part in micro:
+            total += float(workload.loss(model, tuple(part) if parts > 1 else part))
+            on_part("forward")
+        return total / parts
 
     with torch.no_grad():
         first = loss()

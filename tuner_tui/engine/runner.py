@@ -20,6 +20,7 @@ from tuner_tui.engine import kernel_knobs, protocol
 from tuner_tui.engine.client import WorkerClient
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.progress import Progress
+from tuner_tui.engine.step_pace import STILL_STEPPING, StepPace
 
 NO_RESULT = "no result within"
 """How the message of a trial stopped at its timeout begins."""
@@ -30,6 +31,11 @@ def gave_no_result(result: protocol.TrialResult) -> bool:
     return result.status == "crash" and result.message.startswith(NO_RESULT)
 
 
+def stopped_while_stepping(result: protocol.TrialResult) -> bool:
+    """Whether it was stopped with its steps still coming: too slow for its limit, not hung."""
+    return gave_no_result(result) and STILL_STEPPING in result.message
+
+
 @dataclass(frozen=True)
 class TrialPlan:
     """How long one trial runs: measured steps after the warm-up, and a wall-clock limit."""
@@ -37,9 +43,14 @@ class TrialPlan:
     steps: int = 20
     warmup_steps: int = 5
     trial_timeout_s: float = 900.0
+    """When a trial that gave no result is stopped (as hung), unless its steps still come
+    (`limit_s`)."""
     profile_steps: int = 0
     """Steps profiled after the measured ones (0: no profile)."""
     trace_path: str | None = None
+    limit_s: float | None = None
+    """How long a trial whose steps still come may run, where those left fit within it
+    (`step_pace.py`; None: not past `trial_timeout_s`)."""
 
 
 def trace_path(trace_dir: str | None, index: int, config: TuneConfig) -> str | None:
@@ -403,10 +414,20 @@ def run_one(
                                   stop_if_slower_than_ms=stop_if_slower_than_ms,
                                   profile_steps=plan.profile_steps, trace_path=plan.trace_path,
                                   reference_dir=reference_dir))
-    deadline = time.monotonic() + plan.trial_timeout_s
+    started = time.monotonic()
+    deadline = started + plan.trial_timeout_s
+    limit = started + max(plan.trial_timeout_s, plan.limit_s or 0.0)
+    pace = StepPace(plan.warmup_steps + plan.steps + plan.profile_steps, plan.trial_timeout_s)
     progress.set("building")
     measured = 0
-    while time.monotonic() < deadline:
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            later = pace.extended(now, limit)
+            if later is None:
+                break
+            deadline = later
+            progress.set("slower than planned", "still stepping")
         event = client.wait_event(0.25)
         progress.tick()
         if event is None:
@@ -418,7 +439,10 @@ def run_one(
             continue
         if isinstance(event, protocol.CompileStarted):
             progress.set("compiling")
+        elif isinstance(event, protocol.StepPart):
+            pace.part(time.monotonic())
         elif isinstance(event, protocol.StepMeasured):
+            pace.step(time.monotonic())
             if event.step >= plan.warmup_steps:
                 measured += 1
                 progress.set("measuring", f"{measured}/{plan.steps}")
@@ -435,9 +459,12 @@ def run_one(
                 config=config.to_dict(), label=label, status=event.kind,
                 message=event.message,
             )
+    now = time.monotonic()
+    why = (f" ({pace.describe(now)}; its limit was {limit - started:.0f} s)"
+           if pace.is_stepping(now) else "")
     return protocol.TrialResult(
         config=config.to_dict(), label=label, status="crash",
-        message=f"{NO_RESULT} {plan.trial_timeout_s:.0f} s; the worker was stopped",
+        message=f"{NO_RESULT} {deadline - started:.0f} s; the worker was stopped{why}",
     )
 
 

@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psutil
 import torch
@@ -140,6 +141,10 @@ class Trainer:
     reference_loss_spread: float | None = None
     """How far the model's own randomness moves the reference's first loss (relative); None
     where it was not measured."""
+    on_part: Callable[[int, str], None] | None = None
+    """Called with (step, "forward" or "backward") as each micro-batch's part of a warm-up step
+    is done: a trial far slower than planned shows that it works before its first step ends
+    (`step_pace.py`). Not in the measured steps."""
 
     def __post_init__(self) -> None:
         self.torch_device = torch.device(self.device)
@@ -217,8 +222,13 @@ class Trainer:
                 torch.compiler.cudagraph_mark_step_begin()
             with self.tuned.autocast():
                 micro_loss = self.workload.loss(self.tuned.model, micro)
+            tell = self.on_part if i < self.warmup_steps else None
+            if tell is not None:
+                tell(i, "forward")
             losses.append(micro_loss.detach().clone() if self.accumulation_steps > 1 else micro_loss)
             self.tuned.backward(micro_loss)
+            if tell is not None:
+                tell(i, "backward")
         # Equal micro-batches: the batch's loss is the mean of theirs.
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         loss_value = self._copy_loss(loss)

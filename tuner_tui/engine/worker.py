@@ -178,7 +178,12 @@ class Worker:
             reference_losses=reference,
             device_name=self.caps.gpu_name,
             injected_delay_ms=self.injected_delay_ms(),
+            on_part=self._emit_part,
         )
+
+    def _emit_part(self, step: int, part: str) -> None:
+        """Tell the runner that a part of `step` is done: a sign of life (`protocol.StepPart`)."""
+        self.emit(protocol.StepPart(self.run_id, step, part))
 
     def _fail(self, exc: BaseException, trainer=None) -> None:
         from tuner_tui.engine.trial import classify, describe_failure
@@ -330,7 +335,8 @@ class Worker:
         if cached is not None:
             sketched, self.loss_spread = cached
         else:
-            found = reference_check(self.workload, batch_size, self.spec.seed, self.device)
+            found = reference_check(self.workload, batch_size, self.spec.seed, self.device,
+                                    on_part=lambda part: self._emit_part(0, part))
             sketched, self.loss_spread = found if found is not None else (None, None)
             # (already a sketch, with each tensor's wobble)
             if sketched is None:

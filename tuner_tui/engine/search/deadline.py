@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Callable
 
 from tuner_tui.engine.protocol import TrialResult
-from tuner_tui.engine.runner import gave_no_result
+from tuner_tui.engine.runner import gave_no_result, stopped_while_stepping
 
 TIMEOUT_FLOOR_S = 60.0
 """The least a trial is given before it counts as hung, whatever its estimate."""
@@ -56,23 +56,41 @@ class Deadline:
                    max(TIMEOUT_FLOOR_S, 3 * (expected_s - one_time_s) + 30 + one_time_s))
 
     def timeout(self, expected_s: float, by_budget_end: bool = False,
-                one_time_s: float = 0.0) -> float:
+                one_time_s: float = 0.0, guessed: bool = False) -> float:
         """When a trial is stopped: when it counts as hung (`hang_s`), and within a time budget
-        no later than its end plus the trial's expected time, at most OVERRUN_SHARE of the
-        budget (`by_budget_end`: plus GRACE_S)."""
-        timeout = self.hang_s(expected_s, one_time_s)
-        if self.budget_s:
-            past = GRACE_S if by_budget_end else min(
-                max(TIMEOUT_FLOOR_S, expected_s), max(GRACE_S, OVERRUN_SHARE * self.budget_s))
-            timeout = min(timeout, max(0.0, self.time_left()) + past)
-        return timeout
+        no later than its `limit`. Without a time budget, a trial `guessed` at (no step of the
+        model measured yet: the search's first trials) is given its limit, the user's
+        --trial-timeout, not three times a guess: Gemma 3's shape on two CPU cores took over six
+        minutes for its first forward, where its baseline was given 81 s."""
+        if guessed and not self.budget_s:
+            return self.limit(expected_s, by_budget_end)
+        return min(self.hang_s(expected_s, one_time_s), self.limit(expected_s, by_budget_end))
+
+    def limit(self, expected_s: float, by_budget_end: bool = False) -> float:
+        """The longest a trial whose steps still come may run (`step_pace.py`): the user's
+        --trial-timeout, and within a time budget no later than its end plus the trial's
+        expected time, at most OVERRUN_SHARE of the budget (`by_budget_end`: plus GRACE_S)."""
+        if not self.budget_s:
+            return self.trial_timeout_s
+        past = GRACE_S if by_budget_end else min(
+            max(TIMEOUT_FLOOR_S, expected_s), max(GRACE_S, OVERRUN_SHARE * self.budget_s))
+        return min(self.trial_timeout_s, max(0.0, self.time_left()) + past)
 
     def cut_short(self, result: TrialResult, timeout: float, planned_s: float,
-                  one_time_s: float = 0.0) -> TrialResult:
-        """A trial stopped by a timeout the time budget's end made shorter than a hang's is
-        marked "timeout", not "crash": the search stopped it, nothing says it failed (its
-        options take no blame for it)."""
-        if not gave_no_result(result) or timeout >= self.hang_s(planned_s, one_time_s):
+                  one_time_s: float = 0.0, limit: float | None = None) -> TrialResult:
+        """A trial stopped by a timeout the time budget's end made shorter than a hang's, or
+        stopped with its steps still coming at a `limit` the budget's end set, is marked
+        "timeout", not "crash": the search stopped it, nothing says it failed (its options take
+        no blame for it). One still stepping at the user's --trial-timeout stays a "crash" row
+        that says so."""
+        if not gave_no_result(result):
+            return result
+        if stopped_while_stepping(result):
+            if limit is None or limit >= self.trial_timeout_s:
+                return result
+            return replace(result, status="timeout",
+                           message=f"stopped at the time budget's end: {result.message}")
+        if timeout >= self.hang_s(planned_s, one_time_s):
             return result
         return replace(result, status="timeout", message=(
             f"stopped at the time budget's end after {timeout:.0f} s (planned to take "

@@ -396,10 +396,14 @@ class Search:
         # Let in past the budget's end only as a plan without the one-time cost would be: that
         # cost decides what starts (`anytime`), not how long a started trial may run (with it, an
         # eager recipe that fitted before was cut at the budget's end, the search's only answer).
-        timeout = self.timeout(seconds, by_budget_end=seconds - once > self.time_left(),
-                               one_time_s=once)
+        by_budget_end = seconds - once > self.time_left()
+        guessed = not any(r.step_ms for r in self.history.all())
+        timeout = self.deadline.timeout(seconds, by_budget_end, once, guessed)
+        # A model slower than planned runs on while its steps come, up to this (`step_pace`).
+        limit = self.deadline.limit(seconds, by_budget_end)
         result = self.deadline.cut_short(
-            self.run_trial(config, reference, steps, timeout=timeout), timeout, seconds, once)
+            self.run_trial(config, reference, steps, timeout=timeout, limit=limit), timeout,
+            seconds, once, limit)
         if estimated is None:  # nothing measured before it: from what its worker counted
             estimated = prior_estimate(config, result, self.default_batch)
         if estimated is not None:
@@ -461,14 +465,15 @@ class Search:
         return max(min(self.plan.steps, FIRST_STEPS_MIN), self.plan.steps // 2)
 
     def run_trial(self, config: TuneConfig, reference: tuple[float, ...], steps: int,
-             early_stop: bool = True, timeout: float | None = None) -> TrialResult:
+             early_stop: bool = True, timeout: float | None = None,
+             limit: float | None = None) -> TrialResult:
         # Its losses are compared with the reference's now, or after it ran if it wins,
         # unless the same numerics kept the loss at another batch.
         compared = bool(reference) or computes_reference(config) or self.refs.check_pending(config)
         warmup, steps = stepping(config, self.plan.warmup_steps, steps, self.default_batch,
                                  LOSS_CHECK_STEPS if compared else 0)
         plan = TrialPlan(steps=steps, warmup_steps=warmup,
-                         trial_timeout_s=timeout or self.plan.trial_timeout_s,
+                         trial_timeout_s=timeout or self.plan.trial_timeout_s, limit_s=limit,
                          profile_steps=self.plan.profile_steps,
                          trace_path=trace_path(self.plan.trace_dir, len(self.order) + 1, config))
         stop_ms = self._early_stop_ms(config, reference) if early_stop else None

@@ -16,7 +16,7 @@ from tuner_tui.engine.noise import noise_lines, noise_warning, spread, tie_gap, 
 from tuner_tui.engine.reference import computes_reference
 from tuner_tui.engine.protocol import TrialResult
 from tuner_tui.engine.remeasure import Verdict
-from tuner_tui.engine.runner import gave_no_result
+from tuner_tui.engine.runner import gave_no_result, stopped_while_stepping
 from tuner_tui.engine.search.memory import measured_peak
 from tuner_tui.engine.search.space import PARALLEL_KNOBS, SearchSpace
 from tuner_tui.engine.table import format_profiles, format_table
@@ -236,7 +236,9 @@ def why_none(results: list[TrialResult]) -> str:
         # more time helps only where the budget's end stopped one)
         text += ("; the model's steps are too slow for the time its trials were given: "
                  "shorter sequences (--seq-len) or a smaller batch (--set batch_size=N)"
-                 + (", or more time (--budget-minutes)" if _ENDED["timeout"] in ended else ""))
+                 + (", or more time (--budget-minutes)" if _ENDED["timeout"] in ended else "")
+                 + (", or a longer --trial-timeout" if any(
+                     stopped_while_stepping(r) for r in results) else ""))
     return text
 
 
