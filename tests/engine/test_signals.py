@@ -263,6 +263,8 @@ for _ in range(40):
     surely(client.end_now)
 ended = True
 surely(pest.join)
+# (the pest's last signal may be handled only now, in this thread: once it ran into the print)
+surely(lambda: time.sleep(0.1))
 print(interrupted, flush=True)
 """
 
