@@ -98,6 +98,20 @@ class OutOfMemoryInStep(TinyMLP):
                                      "the test workload)")
 
 
+class TransientPeak(TinyMLP):
+    TRANSIENT = 256 << 20
+
+    def forward(self, x, y):
+        # Held only within the forward, as a large model's logits are within its step
+        scratch = torch.ones(self.TRANSIENT // 4)
+        return super().forward(x, y) + 0 * scratch[0]
+
+
+def transient_peak():
+    return Workload(name="transient-peak", build_model=TransientPeak, batch=_batch,
+                    items_per_sample=1, default_batch_size=8, item_name="samples")
+
+
 def oom_in_step():
     return Workload(name="oom-in-step", build_model=OutOfMemoryInStep, batch=_batch,
                     items_per_sample=1, default_batch_size=8)

@@ -23,6 +23,7 @@ import torch
 import strategies
 from strategies.config import ConfigError, TuneConfig
 from strategies.registry import NUMERICS, OPTIONS, numerics_class
+from tuner_tui.engine import resident_peak
 from tuner_tui.engine.memory_parts import memory_parts
 from tuner_tui.engine.model_shape import model_shape, parameter_shapes
 from tuner_tui.engine.gradients import GradientCheck, compare
@@ -158,6 +159,7 @@ class Trainer:
         self._step = 0
         self._rss_base = psutil.Process().memory_info().rss
         self._rss_peak = self._rss_base
+        self._high_water = False  # (whether `resident_peak` counts from this run's build)
         self._peak: Peak | None = None
         self._flops_per_step: float | None = None
         self._noise = random.Random(self.seed)
@@ -172,6 +174,7 @@ class Trainer:
             # Measured from here, after the earlier runs of this process are freed and handed
             # back: a dashboard's worker then reports the peak a fresh bench process does.
             self._rss_base = self._rss_peak = trimmed_rss()
+            self._high_water = resident_peak.reset()
         torch.manual_seed(self.seed)
         # Build on the device: initialisation of large models is slow on the CPU, and seeding
         # the device's generator keeps weights identical for every configuration.
@@ -315,6 +318,8 @@ class Trainer:
             torch.cuda.reset_peak_memory_stats()
         else:
             self._rss_peak = max(self._rss_base, trimmed_rss())
+            if self._high_water:
+                resident_peak.reset()
 
     def _collect(self, keep: int) -> list[StepRecord]:
         done = []
@@ -343,7 +348,9 @@ class Trainer:
                 peak = torch.cuda.max_memory_allocated()
             else:
                 rss = psutil.Process().memory_info().rss
-                self._rss_peak = max(self._rss_peak, rss)
+                # (what the step allocated and freed within itself, where the system keeps it)
+                high = resident_peak.high_water() if self._high_water else None
+                self._rss_peak = max(self._rss_peak, rss, high or 0)
                 allocated, peak = rss - self._rss_base, self._rss_peak - self._rss_base
             record = StepRecord(i, ms, loss, allocated, peak, optimizer_ms=optimizer_ms)
             self.records.append(record)
