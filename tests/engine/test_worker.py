@@ -210,6 +210,11 @@ def test_a_killed_worker_is_noticed(worker):
     while client.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not client.is_alive() and client.exitcode() == -signal.SIGKILL
+    # A trial whose worker is killed so says what most often kills it
+    from tuner_tui.engine.runner import died
+
+    assert died(client.exitcode()).endswith("most often by the kernel's out-of-memory killer")
+    assert died(-11) == "the worker process died (exit code -11)"
 
 
 @pytest.mark.slow
