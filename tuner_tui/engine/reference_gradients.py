@@ -51,8 +51,12 @@ def reference_gradients(workload, batch_size: int, seed: int, device: str,
     return found[0] if found is not None else None
 
 
+def _silent(part: str) -> None:
+    pass
+
+
 def reference_check(workload, batch_size: int, seed: int, device: str,
-                    grad_clip: float = 0.0, on_part: Callable[[str], None] | None = None
+                    grad_clip: float = 0.0, on_part: Callable[[str], None] = _silent
                     ) -> tuple[dict, float] | None:
     """The sketch of the fp32 eager reference's gradients after the first backward pass
     (`gradients.sketch`), each tensor with how far rounding-sized noise moves it (`wobble`), and
@@ -72,7 +76,7 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
     try:
         for config, parts in attempts:
             try:
-                grads = _attempt(workload, config, parts, seed, device, on_part or _silent)
+                grads = _attempt(workload, config, parts, seed, device, on_part)
             except Exception as exc:
                 if classify(exc) != "oom":
                     raise
@@ -85,10 +89,6 @@ def reference_check(workload, batch_size: int, seed: int, device: str,
         # this process's cache until emptied, out of reach of the next process (a group's rank 0
         # shares this GPU: seen on the H200, where they held all 139 GiB of it).
         release_memory()
-
-
-def _silent(part: str) -> None:
-    pass
 
 
 def _attempt(workload, config: TuneConfig, parts: int, seed: int, device: str,

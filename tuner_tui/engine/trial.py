@@ -218,6 +218,7 @@ class Trainer:
         if self.injected_delay_ms:
             time.sleep(self._noise.uniform(0.0, self.injected_delay_ms) / 1e3)
         losses = []
+        tell = self.on_part if i < self.warmup_steps else None  # (none in the measured steps)
         for micro in self.tuned.micro_batches(batch):
             if self.config.compile_mode == "reduce-overhead":
                 # Tell CUDA graph trees a new iteration starts, so the previous one's outputs
@@ -225,7 +226,6 @@ class Trainer:
                 torch.compiler.cudagraph_mark_step_begin()
             with self.tuned.autocast():
                 micro_loss = self.workload.loss(self.tuned.model, micro)
-            tell = self.on_part if i < self.warmup_steps else None
             if tell is not None:
                 tell(i, "forward")
             losses.append(micro_loss.detach().clone() if self.accumulation_steps > 1 else micro_loss)

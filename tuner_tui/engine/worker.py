@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import sys
 import threading
 import time
 import traceback
@@ -22,6 +21,7 @@ from tuner_tui.engine import noise, protocol, worker_log
 from tuner_tui.engine.protocol import WorkerSpec
 from tuner_tui.engine.reference import LOSS_CHECK_STEPS, reference_configs
 from tuner_tui.engine.startup import Laps, StartupTimes
+from tuner_tui.engine.workload_watch import within_limit
 
 
 QUIET_WAIT_S = 120.0
@@ -77,12 +77,12 @@ class Worker:
             elif self.device != "cpu":
                 raise ConfigError(f"unknown device {self.device!r}: allowed devices are cuda, cpu")
             name = workloads.resolve_name(self.spec.workload, self.device)
-            self.workload = self._in_time(f"workload {name!r}", lambda: workloads.load(
+            self.workload = within_limit(f"workload {name!r}", lambda: workloads.load(
                 name, self.spec.sequence_length, self.spec.seed, self.spec.data, self.device
-            ))
+            ), self.events)
             startup.done("workload")
-            self._in_time(f"the first batch of workload {name!r}", lambda: (
-                workloads.check_first_batch(self.workload, name, self.device)))
+            within_limit(f"the first batch of workload {name!r}", lambda: (
+                workloads.check_first_batch(self.workload, name, self.device)), self.events)
             startup.done("first batch")
         except (ConfigError, workloads.WorkloadError, ValueError) as exc:
             self.emit(protocol.RunFailed(0, "invalid", str(exc)))
@@ -111,37 +111,6 @@ class Worker:
             )
         )
         return True
-
-    def _in_time(self, what: str, work):
-        """`work()`, which runs the user's code, under $GPUTUNE_WORKLOAD_TIMEOUT: past it, this
-        process reports what it waited for, and where that code was, and exits (a Python call
-        cannot be interrupted from outside, and a hung worker must not hang gputune)."""
-        from tuner_tui.engine.kernel_knobs import WORKLOAD_TIMEOUT_ENV, workload_timeout_s
-
-        limit = workload_timeout_s()
-        waiting = threading.get_ident()
-        done = threading.Event()
-
-        def watch() -> None:
-            if done.wait(limit):
-                return
-            frame = sys._current_frames().get(waiting)
-            where = ""
-            if frame is not None:
-                top = traceback.extract_stack(frame)[-1]
-                where = f" (it was at {top.filename}:{top.lineno} in {top.name})"
-            self.emit(protocol.RunFailed(0, "invalid", f"{what} did not return within {limit:g} s"
-                                         f"{where}; {WORKLOAD_TIMEOUT_ENV} sets the limit"))
-            if hasattr(self.events, "join_thread"):  # let the event reach the parent
-                self.events.close()
-                self.events.join_thread()
-            os._exit(3)
-
-        threading.Thread(target=watch, name="gputune-workload-timeout", daemon=True).start()
-        try:
-            return work()
-        finally:
-            done.set()
 
     def describe_workload(self) -> dict:
         """The workload's description, with what else makes its runs the same (store.workload_key)."""
