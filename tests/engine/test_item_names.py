@@ -48,3 +48,18 @@ def test_the_search_s_progress_line_names_the_workload_s_item(tmp_path):
     simulate(Oracle(0), tmp_path, 120.0, out=printed, item_name="images")
     lines = [ln for ln in printed.getvalue().splitlines() if ", best " in ln]
     assert lines and all("images/s" in ln and "tokens/s" not in ln for ln in lines)
+
+
+def test_a_tune_report_whose_every_row_crashed_still_names_the_workload_s_item():
+    # (a user's MLP whose every trial crashed was reported in tokens/s, not samples/s)
+    from tuner_tui.engine.search.report import SearchOutcome, report
+    from tuner_tui.engine.search.space import SearchSpace
+
+    crashed = [protocol.TrialResult(config={}, label=label, status="crash", message="boom")
+               for label in ("fp32", "bf16")]
+    outcome = SearchOutcome(results=crashed, ranked=crashed, eligible=0, front=[],
+                            recommendation=None, reason="no configuration finished",
+                            environment={}, workload={"name": "mlp", "item_name": "samples"},
+                            workload_key="mlp", space=SearchSpace(choices=()), budget_bytes=0)
+    header = next(ln for ln in report(outcome).splitlines() if ln.startswith("#"))
+    assert "samples/s" in header and "tokens/s" not in header

@@ -475,6 +475,32 @@ def test_a_search_where_nothing_finished_says_how_each_trial_ended_and_what_to_g
     assert why_none([oom, ran]).startswith("no configuration of the space ran within the memory")
 
 
+def test_a_search_whose_every_trial_raised_the_baseline_s_error_says_it_is_the_workload_s():
+    # A user's MLP with every parameter frozen: four trials, each "element 0 of tensors does not
+    # require grad"; no configuration mends the workload's own code.
+    from tuner_tui.engine.search.report import why_none
+
+    error = ("RuntimeError: element 0 of tensors does not require grad and does not have a "
+             "grad_fn")
+    rows = [TrialResult(config=config, label="x", status="crash", message=error)
+            for config in ({}, {"attention": "sdpa"}, {"optimizer": "fused"})]
+    text = why_none(rows)
+    assert text.endswith(f"3 crashed; each crash raised the same error, the fp32 eager "
+                         f"baseline's (your model and code as written) too: {error}; it comes "
+                         "from the workload itself, and the run's worker log has its "
+                         "traceback"), text
+    # Not where the errors differ, the baseline did not raise it, or the workers died or hung
+    other = dataclasses.replace(rows[2], message="RuntimeError: another")
+    assert "same error" not in why_none([*rows[:2], other])
+    assert "same error" not in why_none(rows[1:])
+    died = [dataclasses.replace(r, message="the worker process died (exit code -9)")
+            for r in rows]
+    assert "same error" not in why_none(died)
+    hung = [dataclasses.replace(r, message="no result within 81 s; the worker was stopped")
+            for r in rows]
+    assert "same error" not in why_none(hung)
+
+
 def test_where_the_runs_time_went_sums_their_parts_and_names_the_rest():
     from tuner_tui.engine.search.report import time_spent
 

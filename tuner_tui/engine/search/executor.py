@@ -62,6 +62,9 @@ class WorkerExecutor:
         self._ending = EndingWorker()
         self._warmup: OptimizerStepWarmup | None = None
         self._native: NativeBuild | None = None
+        self._inapplicable: dict[str, str] = {}
+        """What changes nothing in the model, as the first worker said: left out of the labels
+        of rows made here (a reference run that failed before its trainer existed)."""
 
     def build_native(self) -> None:
         if self._native is None:
@@ -82,6 +85,7 @@ class WorkerExecutor:
 
     def start(self) -> protocol.WorkerReady:
         client, ready = start_worker(self.spec)
+        self._inapplicable = dict((ready.workload or {}).get("inapplicable") or {})
         self._next.keep(client, ready)  # the first trial runs in the worker that described the machine
         return ready
 
@@ -103,7 +107,8 @@ class WorkerExecutor:
         try:
             client, _ = self._next.take()
         except WorkerStartError as exc:
-            return TrialResult(config=config.to_dict(), label=config.label(), status="crash",
+            return TrialResult(config=config.to_dict(),
+                               label=config.label(skip=self._inapplicable), status="crash",
                                message=f"the worker did not start: {exc}")
         # The next trial's worker starts now; this trial's measured steps wait until it is up,
         # the last trial's worker has exited, and the optimizer steps' worker is up, where it
@@ -114,7 +119,8 @@ class WorkerExecutor:
             self._warmup.hold_until_started(client)
         try:
             return run_one(client, config, plan, reference, progress,
-                           stop_if_slower_than_ms=stop_ms, reference_dir=reference_dir)
+                           stop_if_slower_than_ms=stop_ms, reference_dir=reference_dir,
+                           inapplicable=self._inapplicable)
         finally:
             self._ending.end(client)
 

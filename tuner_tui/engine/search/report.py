@@ -239,7 +239,27 @@ def why_none(results: list[TrialResult]) -> str:
                  + (", or more time (--budget-minutes)" if _ENDED["timeout"] in ended else "")
                  + (", or a longer --trial-timeout" if any(
                      stopped_while_stepping(r) for r in results) else ""))
+    same = _one_error_everywhere(results)
+    if same:
+        text += (f"; each crash raised the same error, the fp32 eager baseline's (your model "
+                 f"and code as written) too: {same}; it comes from the workload itself, and the "
+                 "run's worker log has its traceback")
     return text
+
+
+def _one_error_everywhere(results: list[TrialResult]) -> str | None:
+    """The error that every trial raised, the fp32 eager baseline's included (a model with no
+    trainable parameter, a loss that is not a scalar, data that runs out), where there is one:
+    an error of the workload, which no configuration mends. None where trials ended otherwise,
+    or died or hung (the worker's end, not the user's code)."""
+    crashed = [r for r in results if r.status == "crash"]
+    messages = {r.message for r in crashed}
+    if len(crashed) < 2 or len(crashed) < len(results) or len(messages) != 1:
+        return None
+    message = messages.pop()
+    if not message or message.startswith("the worker") or gave_no_result(crashed[0]):
+        return None
+    return message if any(is_fp32_eager(r) for r in crashed) else None
 
 
 _ENDED = {"oom": "ran out of memory", "timeout": "was stopped at the time budget's end",
@@ -370,6 +390,9 @@ def startup_line(startup: dict) -> str:
 def report(outcome: SearchOutcome) -> str:
     """The ranked table, the Pareto front and the recommendation, as printed by `gputune tune`."""
     base = outcome.baseline()
+    # What the workload counts, as its first worker said: rows that all crashed still say it.
+    items = (outcome.workload or {}).get("item_name") or next(
+        (r.item_name for r in outcome.results if r.tokens_per_s), "tokens")
     lines = [
         f"{len(outcome.results)} trials in {fmt.clock(outcome.elapsed_s)}: {outcome.ran} ran, "
         f"{outcome.reused} reused from the store"
@@ -379,15 +402,15 @@ def report(outcome: SearchOutcome) -> str:
         + (" (interrupted)" if outcome.interrupted else ""),
         "",
         "Ranked (x base: against the fp32 eager baseline):",
-        format_table(outcome.ranked, baseline=base.tokens_per_s if base else None),
+        format_table(outcome.ranked, baseline=base.tokens_per_s if base else None,
+                     item_name=items),
     ]
     if outcome.front:
         lines += ["", "Throughput / memory Pareto front:", format_table(
-            outcome.front, baseline=base.tokens_per_s if base else None)]
+            outcome.front, baseline=base.tokens_per_s if base else None, item_name=items)]
     noisy = noise_lines(outcome.ranked)
     if noisy:
         lines += ["", "Noise (spread: half the interquartile range of the step times):", *noisy]
-    items = next((r.item_name for r in outcome.results if r.item_name), "tokens")
     progress = best_over_time(outcome.timeline, items)
     if progress:
         lines += ["", "The best so far, over the search's time:", *progress]
