@@ -110,6 +110,36 @@ def test_pareto_front_keeps_trials_no_other_beats_on_both():
     assert [r.tokens_per_s for r in pareto_front(rows)] == [100.0, 90.0]
 
 
+@pytest.mark.parametrize("device, exits, status", [
+    ("cpu", (-9, -9), "oom"),  # the host's memory is the model's: the OOM killer's SIGKILL
+    ("cpu", (-9, -11), "crash"),  # a segfault the second time is not memory
+    ("cuda", (-9, -9), "crash"),  # the host's memory is not the device's
+    ("cpu", (-9, None), "ok"),  # a kill that did not happen again
+])
+def test_a_worker_killed_twice_on_the_cpu_is_out_of_memory(device, exits, status):
+    from tuner_tui.engine.runner import died
+
+    class Scripted(WorkerExecutor):  # each try's end as a worker would give it, no process
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.tries = list(exits)
+
+        def _once(self, config, *args):
+            code = self.tries.pop(0)
+            return TrialResult(config=config.to_dict(), label="fp32",
+                               **({"status": "ok", "tokens_per_s": 1.0} if code is None else
+                                  {"status": "crash", "message": died(code)}))
+
+    from tuner_tui.engine.progress import Progress
+
+    executor = Scripted(WorkerSpec(workload="gpt2-tiny", device=device))
+    result = executor.run(TuneConfig.from_dict({}), None, (), Progress(io.StringIO()), None, None)
+    assert result.status == status and not executor.tries
+    if status == "oom":
+        assert result.message.endswith("(twice: in a fresh worker too); counted as out of the "
+                                       "host's memory"), result.message
+
+
 # -- searches with real workers -------------------------------------------------------------------
 
 

@@ -2,6 +2,9 @@
 worker started, and the last one's stopped, while the current trial builds. A worker that dies
 under a trial (killed, segfaulted) is given one more try in a fresh process before the trial is
 a `crash` row: a kill from outside (the OOM killer, a user's kill -9) need not happen again.
+On the CPU, killed by SIGKILL both times, it is an `oom` row: the model's memory is the host's,
+and the kernel's out-of-memory killer is what kills so (the memory model then keeps
+configurations as large from being tried; on a GPU the host's memory is not the device's).
 
 The search talks to an executor only through `start`, `run` and `close`, so the search's logic
 runs as well against a simulated machine (tests/engine/search_oracle.py). Torch-free.
@@ -18,7 +21,7 @@ from tuner_tui.engine.native_build import NativeBuild
 from tuner_tui.engine.progress import Progress
 from tuner_tui.engine.protocol import TrialResult, WorkerSpec
 from tuner_tui.engine.runner import (EndingWorker, NextWorker, OptimizerStepWarmup, TrialPlan,
-                                     WorkerStartError, run_one, start_worker)
+                                     WorkerStartError, died, run_one, start_worker)
 
 DIED = "the worker process died"
 """The start of the message `run_one` gives a trial whose worker died under it."""
@@ -100,6 +103,11 @@ class WorkerExecutor:
                                reference_dir)
             if again.status != "crash":
                 return again
+            killed = died(-9)
+            if self.spec.device == "cpu" and result.message.startswith(killed) \
+                    and again.message.startswith(killed):
+                return replace(again, status="oom", message=f"{again.message} (twice: in a "
+                               "fresh worker too); counted as out of the host's memory")
             result = replace(again, message=f"{again.message} (twice: in a fresh worker too)")
         return result
 
