@@ -181,3 +181,29 @@ def test_the_reference_ladder_steps_down_only_after_running_out_of_memory(tmp_pa
         grown = TuneConfig.from_dict({**COMMON, "batch_size": 64})
         refs.for_config(grown, now=True)
         assert ran == expected
+
+
+def test_the_reference_ladder_runs_no_rung_the_model_cannot_tell_apart(tmp_path):
+    # A model without attention or repeated blocks: "fp32 + sdpa" is its fp32 baseline, and
+    # full checkpointing changes nothing in it. An MLP whose baseline crashed had its reference
+    # run again as "fp32 + sdpa", the same run. Out of memory, only the micro-batches mend it.
+    why = {"attention": "no attention module", "checkpointing": "no repeated blocks"}
+    space = default_space(GPU, 16, inapplicable=why)
+    ran = []
+
+    def run(config, why, kind="reference"):
+        ran.append(config)
+        found = refs.history.get(config)
+        if found is not None:  # (the driver returns a decided configuration's row)
+            return found
+        status = "oom" if config.micro_batch_size in (0, 16) else "ok"
+        return dataclasses.replace(row_of(50.0, status=status, **config.to_dict()),
+                                   batch_size=config.batch_size,
+                                   losses=LOSSES if status == "ok" else ())
+
+    refs = references(tmp_path, [], run)
+    refs.canonical = space.canonical
+    grown = TuneConfig.from_dict({**COMMON, "batch_size": 32})
+    assert refs.for_config(grown, now=True) == LOSSES
+    assert [(c.attention, c.checkpointing, c.micro_batch_size) for c in ran] == [
+        ("manual", "off", 0), ("manual", "off", 16), ("manual", "off", 8)]

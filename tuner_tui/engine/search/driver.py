@@ -183,7 +183,8 @@ class Search:
             self.references, self.workload_key, self.environment, self.default_batch,
             start.batch_size or self.default_batch, self.history,
             run=lambda config, why, kind="reference": self.evaluate(config, why, kind=kind),
-            fits_device=lambda config: self._may_fit(config, device))
+            fits_device=lambda config: self._may_fit(config, device),
+            canonical=self.space.canonical)
         ctx = Context(self.caps.device, False, self.default_batch)
         self.priors = Priors(ctx, self.space.canonical, self._store_pairs())
         self.times = TrialTimes(self.caps.device, plan.steps, plan.warmup_steps,

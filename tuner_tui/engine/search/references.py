@@ -38,7 +38,8 @@ class References:
     def __init__(self, cache: ReferenceCache, workload_key: str, environment: dict,
                  default_batch: int, run_batch: int, history: History,
                  run: Callable[..., TrialResult],
-                 fits_device: Callable[[TuneConfig], bool]) -> None:
+                 fits_device: Callable[[TuneConfig], bool],
+                 canonical: Callable[[TuneConfig], TuneConfig] = lambda config: config) -> None:
         self.cache = cache
         self.workload_key = workload_key
         self.environment = environment
@@ -50,6 +51,10 @@ class References:
         """Runs a configuration as a trial of its own (a row of the search): `run(config, why,
         kind="reference")`."""
         self.fits_device = fits_device
+        self.canonical = canonical
+        """The search space's one configuration per distinct run: a rung of the reference's
+        ladder that changes nothing in the model (SDPA without attention, checkpointing without
+        blocks) is the rung before it, or the baseline, and is not run twice."""
         self.losses: dict[Key, tuple[float, ...]] = {}
         self.unchecked_note = ""
         self._entries: dict[Key, Path] = {}
@@ -114,7 +119,8 @@ class References:
             # Most batch sizes tried never win, and an fp32 run of a large model at a doubled
             # batch costs as much as a compiled trial.
             return ()
-        for reference in reference_configs(config):
+        rungs = dict.fromkeys(self.canonical(rung) for rung in reference_configs(config))
+        for reference in rungs:
             if not self.fits_device(reference):
                 continue
             result = self.run(reference, f"the fp32 reference's losses at batch {key[0]}")
