@@ -147,9 +147,9 @@ def test_bench_re_measures_the_two_leaders_interleaved_before_naming_the_best():
 
 
 def test_a_reference_that_runs_out_of_memory_part_way_checks_no_loss(gputune, tmp_path):
-    """The fp32 reference runs out of memory after one loss, however it is checkpointed or
-    split: bench tries each as tune does, and the row is left unchecked, not checked against
-    that one loss."""
+    """The fp32 reference runs out of memory after one loss, however it is split: bench tries
+    each rung as tune does, and the row is left unchecked, not checked against that one loss.
+    The model has no repeated blocks: full checkpointing would be the plain run again."""
     cfg = tmp_path / "c.toml"
     cfg.write_text("[config]\nprecision = 'bf16'\n")
     out = tmp_path / "b.json"
@@ -159,5 +159,27 @@ def test_a_reference_that_runs_out_of_memory_part_way_checks_no_loss(gputune, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["results"]
     assert row["status"] == "ok" and row["loss_ok"] is None, row
-    for how in ("", ", full checkpointing", ", full checkpointing, one sample at a time"):
+    for how in ("", ", one sample at a time"):
         assert f"fp32 reference losses (batch 8{how}): oom" in proc.stdout, proc.stdout
+    assert "full checkpointing" not in proc.stdout
+
+
+def test_bench_runs_no_reference_rung_that_is_a_row_it_ran_already():
+    # An MLP whose every parameter was frozen crashed its fp32 row, and bench ran it again as
+    # "fp32 + sdpa", its reference (SDPA changes nothing in an MLP). A rung this bench ran
+    # already decides as its row did: a crash ends the ladder, out of memory goes on.
+    import io
+
+    from strategies.config import TuneConfig
+    from tuner_tui.engine.bench import _reference_losses
+    from tuner_tui.engine.progress import Progress
+    from tuner_tui.engine.protocol import TrialResult
+
+    baseline = TuneConfig.from_dict({})
+    crashed = TrialResult(config=baseline.to_dict(), label="fp32", status="crash",
+                          message="RuntimeError: element 0 of tensors does not require grad")
+    ran = {json.dumps(baseline.to_dict(), sort_keys=True): crashed}
+    why = {"attention": "no attention module", "checkpointing": "no repeated blocks"}
+    losses, client = _reference_losses("the worker", None, baseline.replace(precision="bf16"),
+                                       8, 2, 4, Progress(io.StringIO()), why, ran)
+    assert losses == () and client == "the worker"  # no worker was asked to run anything

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Collection, Mapping, TextIO
 
 from strategies.applicability import distinct, inapplicable_options
 from strategies.config import ConfigError, TuneConfig
@@ -148,14 +148,23 @@ def caps_allow(config: TuneConfig, caps: Capabilities) -> bool:
 
 
 def _reference_losses(client, next_worker: NextWorker, config: TuneConfig, batch: int,
-                      index: int, total: int, progress: Progress):
+                      index: int, total: int, progress: Progress,
+                      inapplicable: Collection[str] = (),
+                      ran_here: Mapping[str, protocol.TrialResult] | None = None):
     """The fp32 reference's losses for `config`'s batch and clipping, and the worker to go on
     with: plain, then checkpointed, then in ever smaller micro-batches down to one sample where
     the one before ran out of memory, as tune tries them. () where none ran to the end: the
     losses of a run that failed part way are not a reference (a 1.5B Llama's fp32 run, out of
     memory on an H100 after its first steps, had every row of its bench marked "ok" against
-    those alone)."""
-    for reference in reference_configs(config):
+    those alone). A rung is run as the model tells it apart (`inapplicable`: SDPA without
+    attention is the fp32 baseline), once, and not where this bench ran it already
+    (`ran_here`, by its configuration's JSON): an MLP's baseline that crashed was run again."""
+    for reference in dict.fromkeys(r.without(inapplicable) for r in reference_configs(config)):
+        before = (ran_here or {}).get(json.dumps(reference.to_dict(), sort_keys=True))
+        if before is not None:
+            if before.status != "oom":
+                break
+            continue
         how = "".join(part for part, used in (
             (", full checkpointing", reference.checkpointing == "full"),
             (", one sample at a time", reference.micro_batch_size == 1),
@@ -231,6 +240,7 @@ def run_bench(
     # A configuration listed twice is a repeat the user asked for: measured again, not taken
     # from the row this run has just stored.
     measured_here: set[str] = set()
+    ran_here: dict[str, protocol.TrialResult] = {}  # (by configuration: what the reference skips)
     shutdown_s = 5.0  # how long the last worker is asked to shut down before it is terminated
     try:
         for index, config in enumerate(configs, start=1):
@@ -241,7 +251,8 @@ def run_bench(
             stored = None if repeat else _stored(store, plan, config, ready)
             if stored is None and key not in references and not computes_reference(config):
                 references[key], client = _reference_losses(
-                    client, next_worker, config, key[0], index, total, progress)
+                    client, next_worker, config, key[0], index, total, progress, inapplicable,
+                    ran_here)
             progress.begin(index, total, config.label(skip=inapplicable))
             item_name = workload.get("item_name", "tokens")
             if stored is not None:
@@ -267,6 +278,7 @@ def run_bench(
             if computes_reference(config) and result.status == "ok":
                 references.setdefault(key, tuple(result.losses[:LOSS_CHECK_STEPS]))
             results.append(result)
+            ran_here[config_key] = result
             if stored is None:
                 progress.end(summary(result, item_name))
             if on_result is not None:
