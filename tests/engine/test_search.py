@@ -193,6 +193,27 @@ def _search(store, **plan):
     return outcome, out.getvalue(), executor
 
 
+def test_a_workload_whose_own_code_fails_is_run_once_a_configuration_and_named(home):
+    """Every parameter frozen, an MLP's backward fails in every configuration. Its fp32
+    reference ("fp32 + sdpa": SDPA changes nothing in an MLP) is its baseline, not run again;
+    the rows speak of its samples, and the reason names the workload's error."""
+    from tuner_tui.engine.search.report import report
+
+    store = ResultStore(home / "results.sqlite3")
+    outcome, _, executor = _search(store, workload="tests.engine.user_workloads:frozen_mlp",
+                                   choices={"precision": ("fp32", "bf16")})
+    store.close()
+    labels = [r.label for r in outcome.results]
+    assert labels[0] == "fp32" and len(set(labels)) == len(labels), labels
+    assert all(c.get("attention", "manual") == "manual" for c in executor.sent), executor.sent
+    assert all(r.status == "crash" for r in outcome.results)
+    assert outcome.recommendation is None
+    assert "the fp32 eager baseline" in outcome.reason
+    assert "does not require grad" in outcome.reason, outcome.reason
+    header = next(ln for ln in report(outcome).splitlines() if ln.startswith("#"))
+    assert "samples/s" in header, header
+
+
 def test_a_compared_file_without_a_batch_trains_at_the_runs_batch(home):
     """Seen on the H200: `tune --set batch_size=4 --compare lever.toml` measured the levers at
     the workload's default batch (2), beside a search at 4, and called them slower."""
@@ -530,6 +551,12 @@ def test_a_search_whose_every_trial_raised_the_baseline_s_error_says_it_is_the_w
     hung = [dataclasses.replace(r, message="no result within 81 s; the worker was stopped")
             for r in rows]
     assert "same error" not in why_none(hung)
+    # The baseline alone (the search found nothing else to run): said of it
+    assert why_none(rows[:1]).endswith(f"1 crashed; the fp32 eager baseline (your model and "
+                                       f"code as written) raised: {error}; it comes from the "
+                                       "workload itself, and the run's worker log has its "
+                                       "traceback")
+    assert "raised" not in why_none(rows[1:2])
 
 
 def test_where_the_runs_time_went_sums_their_parts_and_names_the_rest():

@@ -36,6 +36,15 @@ def tiny_mlp_batch_8():
                     default_batch_size=8, item_name="samples")
 
 
+def frozen_mlp():
+    """tiny_mlp with every parameter frozen: its own backward fails, whatever gputune changes."""
+    def build():
+        return TinyMLP().requires_grad_(False)
+
+    return Workload(name="frozen-mlp", build_model=build, batch=_batch, items_per_sample=1,
+                    default_batch_size=8, item_name="samples")
+
+
 class Exploding(TinyMLP):
     def forward(self, x, y):
         loss = super().forward(x, y)

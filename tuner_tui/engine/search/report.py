@@ -241,9 +241,11 @@ def why_none(results: list[TrialResult]) -> str:
                      stopped_while_stepping(r) for r in results) else ""))
     same = _one_error_everywhere(results)
     if same:
-        text += (f"; each crash raised the same error, the fp32 eager baseline's (your model "
-                 f"and code as written) too: {same}; it comes from the workload itself, and the "
-                 "run's worker log has its traceback")
+        text += ("; " + ("each crash raised the same error, the fp32 eager baseline's (your model "
+                         "and code as written) too" if len(results) > 1 else
+                         "the fp32 eager baseline (your model and code as written) raised")
+                 + f": {same}; it comes from the workload itself, and the run's worker log has "
+                 "its traceback")
     return text
 
 
@@ -254,7 +256,7 @@ def _one_error_everywhere(results: list[TrialResult]) -> str | None:
     or died or hung (the worker's end, not the user's code)."""
     crashed = [r for r in results if r.status == "crash"]
     messages = {r.message for r in crashed}
-    if len(crashed) < 2 or len(crashed) < len(results) or len(messages) != 1:
+    if not crashed or len(crashed) < len(results) or len(messages) != 1:
         return None
     message = messages.pop()
     if not message or message.startswith("the worker") or gave_no_result(crashed[0]):
