@@ -54,6 +54,7 @@ def worker_spec(args):
 def cmd_bench(args) -> int:
     from tuner_tui.engine import bench, runner, table
     from tuner_tui.engine.noise import noise_lines
+    from tuner_tui.engine.search.report import workload_error
 
     check_run_options(args)
     check_measure_options(args)
@@ -104,6 +105,10 @@ def cmd_bench(args) -> int:
     print(table.format_table(results, item_name=workload.get("item_name", "tokens")))
     for line in noise_lines(results):
         print(line)
+    error = workload_error(results)
+    if error:
+        print(f"every row raised the fp32 row's error (your model and code as written): {error}; "
+              "it comes from the workload itself, and the run's worker log has its traceback")
     if plan.profile_steps:
         print(table.format_profiles(results))
     print_worker_warnings(plan.spec)

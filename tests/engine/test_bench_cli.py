@@ -183,3 +183,14 @@ def test_bench_runs_no_reference_rung_that_is_a_row_it_ran_already():
     losses, client = _reference_losses("the worker", None, baseline.replace(precision="bf16"),
                                        8, 2, 4, Progress(io.StringIO()), why, ran)
     assert losses == () and client == "the worker"  # no worker was asked to run anything
+
+
+def test_bench_of_a_workload_whose_own_code_fails_says_so(gputune, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[config]\nprecision = 'fp32'\n")
+    proc = gputune("bench", "--device", "cpu", "--workload",
+                   "tests.engine.user_workloads:frozen_mlp", "--config", str(cfg),
+                   "--steps", "2", "--warmup", "1")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # (no row measured)
+    assert ("every row raised the fp32 row's error (your model and code as written): "
+            "RuntimeError: element 0 of tensors does not require grad") in proc.stdout, proc.stdout

@@ -239,7 +239,7 @@ def why_none(results: list[TrialResult]) -> str:
                  + (", or more time (--budget-minutes)" if _ENDED["timeout"] in ended else "")
                  + (", or a longer --trial-timeout" if any(
                      stopped_while_stepping(r) for r in results) else ""))
-    same = _one_error_everywhere(results)
+    same = workload_error(results)
     if same:
         text += ("; " + ("each crash raised the same error, the fp32 eager baseline's (your model "
                          "and code as written) too" if len(results) > 1 else
@@ -249,7 +249,7 @@ def why_none(results: list[TrialResult]) -> str:
     return text
 
 
-def _one_error_everywhere(results: list[TrialResult]) -> str | None:
+def workload_error(results: list[TrialResult]) -> str | None:
     """The error that every trial raised, the fp32 eager baseline's included (a model with no
     trainable parameter, a loss that is not a scalar, data that runs out), where there is one:
     an error of the workload, which no configuration mends. None where trials ended otherwise,
