@@ -237,17 +237,16 @@ def run_bench(
     results: list[protocol.TrialResult] = []
     total = len(configs)
     next_worker = NextWorker(plan.spec)
-    # A configuration listed twice is a repeat the user asked for: measured again, not taken
-    # from the row this run has just stored.
-    measured_here: set[str] = set()
-    ran_here: dict[str, protocol.TrialResult] = {}  # (by configuration: what the reference skips)
+    # Each row of this run by its configuration's JSON. A configuration listed twice is a
+    # repeat the user asked for: measured again, not taken from the row this run has just
+    # stored; a rung of the reference's ladder that is a row already decides as it did.
+    ran_here: dict[str, protocol.TrialResult] = {}
     shutdown_s = 5.0  # how long the last worker is asked to shut down before it is terminated
     try:
         for index, config in enumerate(configs, start=1):
             key = reference_key(config, default_batch)
             config_key = json.dumps(config.to_dict(), sort_keys=True)
-            repeat = config_key in measured_here
-            measured_here.add(config_key)
+            repeat = config_key in ran_here
             stored = None if repeat else _stored(store, plan, config, ready)
             if stored is None and key not in references and not computes_reference(config):
                 references[key], client = _reference_losses(
