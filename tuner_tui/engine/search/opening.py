@@ -26,20 +26,21 @@ CHECK_SHARE = 0.1
 """The expert's recipe grows the batch only where checking its loss there (an fp32 reference
 run at that batch) takes at most this share of the time left."""
 SCOUTED = ("batch_size", "weights", "fp8")
-"""Between the expert's eager recipe and its compiled one, each of these changed in the eager
-recipe, once (an eager trial costs seconds, a compiled one a compile): the compiled recipe takes
-each change that ran faster. The expert keeps the run's batch where checking the loss at a
-larger one would cost much (an fp32 reference of a model of a billion parameters), and bf16
-weights pay on some large models, not on others. 1000 simulated searches at five minutes,
-paired: the batch 5.06% -> 4.77% (-0.29% +- 0.06; a billion parameters and more -0.89%), the
-weights after it 4.62% (-0.14% +- 0.06); on 1000 other oracles -0.35% +- 0.07 and -0.10% +-
-0.06. The optimizer's state, scouted too, did not pay (+0.13%). Float8 is scouted otherwise:
-where the compiled recipe has it, the eager recipe runs with it to see that it runs here and
-keeps the loss (a float8 that fails, fails in seconds eager rather than after a compile of
-minutes); where it failed, the compiled recipe goes without it. 5.17% -> 5.04% (-0.13% +- 0.07
-paired; a billion parameters and more -0.41% +- 0.21), on 1000 other oracles 4.86% -> 4.79%
-(-0.07% +- 0.04; -0.23% +- 0.13). Taking float8 by its eager speed as well (its prior under
-compile moved by what eager measured beyond its eager prior) did no better on the other oracles."""
+"""Between the expert's eager recipe and its compiled one, each of these changed in the fastest
+eager run so far (`Opening._base`), once (an eager trial costs seconds, a compiled one a
+compile): the compiled recipe takes each change that ran faster. The expert keeps the run's
+batch where checking the loss at a larger one would cost much (an fp32 reference of a model of a
+billion parameters), and bf16 weights pay on some large models, not on others. 1000 simulated
+searches at five minutes, paired: the batch 5.06% -> 4.77% (-0.29% +- 0.06; a billion parameters
+and more -0.89%), the weights after it 4.62% (-0.14% +- 0.06); on 1000 other oracles -0.35% +-
+0.07 and -0.10% +- 0.06. The optimizer's state, scouted too, did not pay (+0.13%). Float8 is
+scouted otherwise: where the compiled recipe has it, the eager recipe runs with it to see that
+it runs here and keeps the loss (a float8 that fails, fails in seconds eager rather than after a
+compile of minutes); where it failed, the compiled recipe goes without it. 5.17% -> 5.04%
+(-0.13% +- 0.07 paired; a billion parameters and more -0.41% +- 0.21), on 1000 other oracles
+4.86% -> 4.79% (-0.07% +- 0.04; -0.23% +- 0.13). Taking float8 by its eager speed as well (its
+prior under compile moved by what eager measured beyond its eager prior) did no better on the
+other oracles."""
 
 
 class Opening:
@@ -65,6 +66,8 @@ class Opening:
         """The expert's recipe without compile, where it runs first."""
         self.scouts: list[TuneConfig] = []
         """The eager recipe with one of SCOUTED changed, as they ran."""
+        self.bases: dict[TuneConfig, TuneConfig] = {}
+        """Each scout's base: the fastest eager run before it (`_base`)."""
         self.scouted = 0
         """How many of SCOUTED were considered."""
 
@@ -139,10 +142,12 @@ class Opening:
         while self.scouted < len(SCOUTED):
             key = SCOUTED[self.scouted]
             self.scouted += 1
-            child = self._scout_child(key)
+            base = self._base(history)
+            ran = history.get(base)
+            child = self._scout_child(key, base)
             if child is None or child in history or self.footprint.chance_to_fit(child) < 0.5:
                 continue
-            moved = options_moved(self.eager, child)
+            moved = options_moved(base, child)
             parent = self.predictor.measured(ran)
             guess, step, seconds = self.predictor.estimate(parent, child, moved, history)
             available = self.time_available()
@@ -151,20 +156,34 @@ class Opening:
                 self.scouted = len(SCOUTED)
                 return None
             self.scouts.append(child)
-            why = (f"batch {self.predictor.batch(self.eager)} -> {self.predictor.batch(child)}"
+            self.bases[child] = base
+            why = (f"batch {self.predictor.batch(base)} -> {self.predictor.batch(child)}"
                    if key == "batch_size" else
-                   ", ".join(f"{k} {show(self.eager, k)} -> {show(child, k)}" for k in moved))
+                   ", ".join(f"{k} {show(base, k)} -> {show(child, k)}" for k in moved))
             return Proposal(child, f"the eager recipe with {why}, to tell the compiled one",
-                            self.eager, moved, guess.mean, guess.sd, step, seconds)
+                            base, moved, guess.mean, guess.sd, step, seconds)
         return None
 
-    def _scout_child(self, key: str) -> TuneConfig | None:
-        """The eager recipe with `key` changed: the batch doubled with its micro-batch (more
-        micro-batches accumulated would not change the kernels' shapes); float8 as the compiled
-        recipe has it (None where it has none); another option to its other value, with the
-        options it interacts with at the values their priors expect the most of (fp32 weights
-        with fused AdamW)."""
-        eager = self.eager
+    def _base(self, history: History) -> TuneConfig:
+        """What the next scout changes: the eager recipe with the earlier scouts' changes that
+        ran faster (the fastest eager run so far), so that each decision is judged where the
+        compiled recipe will run. Judged at the eager recipe's own batch, GPT-2's bf16 weights
+        lost to torchao's step (one call per tensor: 40.8 ms a step at batch 16 on an H100,
+        the host's calls outlasting the GPU's work; 2.0-2.4 ms at batch 64 and more), and the
+        compiled recipe, at a larger batch, went without them."""
+        base, best = self.eager, history.get(self.eager).tokens_per_s
+        for scout in self.scouts:
+            ran = history.get(scout)
+            if ran is not None and ran.status == "ok" and (ran.tokens_per_s or 0) > best:
+                base, best = scout, ran.tokens_per_s
+        return base
+
+    def _scout_child(self, key: str, eager: TuneConfig) -> TuneConfig | None:
+        """`eager` (the scouts' base) with `key` changed: the batch doubled with its
+        micro-batch (more micro-batches accumulated would not change the kernels' shapes);
+        float8 as the compiled recipe has it (None where it has none); another option to its
+        other value, with the options it interacts with at the values their priors expect the
+        most of (fp32 weights with fused AdamW)."""
         if key == "fp8":  # the compiled recipe's float8, run eager: does it work here?
             if self.expert.fp8 == "off" or eager.fp8 != "off":
                 return None
@@ -191,15 +210,16 @@ class Opening:
         (float8 that does not run here). Where the two differ by less than their spread (a
         tie), the change's prior under compile decides."""
         config = self.expert
-        eager = history.get(self.eager)
         for scout in self.scouts:
+            base = self.bases.get(scout, self.eager)
+            eager = history.get(base)
             ran = history.get(scout)
-            moved = options_moved(self.eager, scout)
+            moved = options_moved(base, scout)
             if ran is not None and ran.status in FAILED:  # (float8 that does not run here)
-                config = variant(self.space, config, **{k: self.eager[k] for k in moved}) \
+                config = variant(self.space, config, **{k: base[k] for k in moved}) \
                     or config
                 continue
-            if ran is None or ran.status != "ok" or not ran.tokens_per_s:
+            if ran is None or ran.status != "ok" or not ran.tokens_per_s or eager is None:
                 continue
             changed = variant(self.space, config, **{k: scout[k] for k in moved})
             if changed is None or self.footprint.chance_to_fit(changed) < 0.5:
