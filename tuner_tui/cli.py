@@ -54,7 +54,7 @@ def worker_spec(args):
 def cmd_bench(args) -> int:
     from tuner_tui.engine import bench, runner, table
     from tuner_tui.engine.noise import noise_lines
-    from tuner_tui.engine.search.report import workload_error
+    from tuner_tui.engine.search.report import WORKLOAD_ERROR_SOURCE, workload_error
 
     check_run_options(args)
     check_measure_options(args)
@@ -108,7 +108,7 @@ def cmd_bench(args) -> int:
     error = workload_error(results)
     if error:
         print(f"every row raised the fp32 row's error (your model and code as written): {error}; "
-              "it comes from the workload itself, and the run's worker log has its traceback")
+              f"{WORKLOAD_ERROR_SOURCE}")
     if plan.profile_steps:
         print(table.format_profiles(results))
     print_worker_warnings(plan.spec)

@@ -64,10 +64,9 @@ class Opening:
         """The expert's compiled recipe is still to come after its eager version."""
         self.eager: TuneConfig | None = None
         """The expert's recipe without compile, where it runs first."""
-        self.scouts: list[TuneConfig] = []
-        """The eager recipe with one of SCOUTED changed, as they ran."""
-        self.bases: dict[TuneConfig, TuneConfig] = {}
-        """Each scout's base: the fastest eager run before it (`_base`)."""
+        self.scouts: dict[TuneConfig, TuneConfig] = {}
+        """The eager runs with one of SCOUTED changed, as they ran, each with its base: the
+        fastest eager run before it (`_base`)."""
         self.scouted = 0
         """How many of SCOUTED were considered."""
 
@@ -155,8 +154,7 @@ class Opening:
             if available is not None and seconds + compiled.trial_s > available:
                 self.scouted = len(SCOUTED)
                 return None
-            self.scouts.append(child)
-            self.bases[child] = base
+            self.scouts[child] = base
             why = (f"batch {self.predictor.batch(base)} -> {self.predictor.batch(child)}"
                    if key == "batch_size" else
                    ", ".join(f"{k} {show(base, k)} -> {show(child, k)}" for k in moved))
@@ -210,8 +208,7 @@ class Opening:
         (float8 that does not run here). Where the two differ by less than their spread (a
         tie), the change's prior under compile decides."""
         config = self.expert
-        for scout in self.scouts:
-            base = self.bases.get(scout, self.eager)
+        for scout, base in self.scouts.items():
             eager = history.get(base)
             ran = history.get(scout)
             moved = options_moved(base, scout)

@@ -244,9 +244,13 @@ def why_none(results: list[TrialResult]) -> str:
         text += ("; " + ("each crash raised the same error, the fp32 eager baseline's (your model "
                          "and code as written) too" if len(results) > 1 else
                          "the fp32 eager baseline (your model and code as written) raised")
-                 + f": {same}; it comes from the workload itself, and the run's worker log has "
-                 "its traceback")
+                 + f": {same}; {WORKLOAD_ERROR_SOURCE}")
     return text
+
+
+WORKLOAD_ERROR_SOURCE = ("it comes from the workload itself, and the run's worker log has its "
+                         "traceback")
+"""Where an error every row raised comes from (`workload_error`), as tune and bench say it."""
 
 
 def workload_error(results: list[TrialResult]) -> str | None:
