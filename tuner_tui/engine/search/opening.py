@@ -167,7 +167,7 @@ class Opening:
         ran faster (the fastest eager run so far), so that each decision is judged where the
         compiled recipe will run. Judged at the eager recipe's own batch, GPT-2's bf16 weights
         lost to torchao's step (one call per tensor: 40.8 ms a step at batch 16 on an H100,
-        the host's calls outlasting the GPU's work; 2.0-2.4 ms at batch 64 and more), and the
+        the host's calls outlasting the GPU's work; 2.1-2.4 ms at batch 64 and more), and the
         compiled recipe, at a larger batch, went without them."""
         base, best = self.eager, history.get(self.eager).tokens_per_s
         for scout in self.scouts:
